@@ -1,0 +1,435 @@
+"""PPO on Atari with the Nature CNN (BreakoutNoFrameskip-v4 by default).
+
+Proximal Policy Optimization (Schulman et al. 2017) with GAE, clipped value loss, advantage
+normalisation, linear learning-rate annealing, and the DQN-style Atari preprocessing of
+``cleanrl_utils.atari_wrappers`` (no-op starts, frame skip 4 with max-pooling, episodic life,
+fire on reset, reward clipping, 84x84 grayscale, 4-frame stack). The environments step in
+subprocess workers (gymnasium ``AsyncVectorEnv`` with shared memory), so emulation runs in
+parallel with no GIL contention. Episode statistics are those of the real game (all lives,
+unclipped rewards).
+
+Time limits: the vector env resets a finished sub-env within the same ``step`` call
+(``AutoresetMode.SAME_STEP``), so every stored row is a real transition; a *truncated* episode is
+bootstrapped from the value of its final observation (``infos["final_obs"]``), a *terminated*
+one is not (see ``compute_gae``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from gymnasium.vector import AutoresetMode
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+
+from cleanrl_utils.atari_wrappers import (
+    ClipRewardEnv,
+    EpisodicLifeEnv,
+    FireResetEnv,
+    MaxAndSkipEnv,
+    NoopResetEnv,
+    has_fire_action,
+)
+from cleanrl_utils.io import atomic_torch_save
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True` and deterministic torch algorithms"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (env 0, `videos/<run_name>`)"""
+    save_model: bool = False
+    """whether to save the model to `runs/<run_name>/<exp_name>.cleanrl_model`"""
+    upload_model: bool = False
+    """whether to upload the saved model to the Hugging Face Hub (not available yet)"""
+    hf_entity: str = ""
+    """the user or org name of the model repository on the Hugging Face Hub"""
+
+    # Algorithm specific arguments
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """the id of the Atari environment (`<Game>NoFrameskip-v4`, or `ALE/<Game>-v5` with its sticky actions)"""
+    total_timesteps: int = 10000000
+    """total timesteps of the experiment (summed over all envs)"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 8
+    """the number of parallel game environments (each in its own subprocess)"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold (stops the update epochs early when exceeded)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+def fail(message: str) -> None:
+    """Bad input: one line on stderr and exit status 2, before anything is written."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def validate(args: Args) -> None:
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"):
+        if getattr(args, name) <= 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if not 0.0 < args.gamma <= 1.0 or not 0.0 <= args.gae_lambda <= 1.0:
+        fail("--gamma must be in (0, 1] and --gae-lambda in [0, 1]")
+    if args.batch_size % args.num_minibatches != 0:
+        fail(
+            f"num_envs * num_steps = {args.batch_size} is not divisible by --num-minibatches {args.num_minibatches}; "
+            "change --num-envs, --num-steps or --num-minibatches"
+        )
+    if args.num_iterations < 1:
+        fail(
+            f"--total-timesteps {args.total_timesteps} is less than one rollout (num_envs * num_steps = {args.batch_size})"
+        )
+    if args.upload_model:
+        fail("--upload-model is not available yet in this version; use --save-model")
+    gym.register_envs(ale_py)
+    try:
+        spec = gym.spec(args.env_id)
+    except gym.error.Error as e:
+        fail(f"unknown environment id {args.env_id!r} ({type(e).__name__}: {e})")
+    if not str(spec.entry_point).startswith("ale_py"):
+        fail(f"{args.env_id} is not an Atari (ALE) environment; ppo_atari.py needs one, e.g. BreakoutNoFrameskip-v4")
+
+
+def make_env(env_id, idx, capture_video, run_name):
+    def thunk():
+        # Registered here, inside the worker, so that any multiprocessing start method works.
+        gym.register_envs(ale_py)
+        # MaxAndSkipEnv does the frame skipping, so the emulator itself must not skip.
+        if capture_video and idx == 0:
+            env = gym.make(env_id, frameskip=1, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id, frameskip=1)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = NoopResetEnv(env, noop_max=30)
+        env = MaxAndSkipEnv(env, skip=4)
+        env = EpisodicLifeEnv(env)
+        if has_fire_action(env):
+            env = FireResetEnv(env)
+        env = ClipRewardEnv(env)
+        env = gym.wrappers.ResizeObservation(env, (84, 84))
+        env = gym.wrappers.GrayscaleObservation(env)
+        env = gym.wrappers.FrameStackObservation(env, 4)
+        return env
+
+    return thunk
+
+
+def layer_init(layer, std=2**0.5, bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs):
+        super().__init__()
+        # The Nature DQN torso (Mnih et al. 2015) shared by the actor and the critic.
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1)
+
+    def get_value(self, x):
+        return self.critic(self.network(x / 255.0))
+
+    def get_action_and_value(self, x, action=None):
+        hidden = self.network(x / 255.0)
+        logits = self.actor(hidden)
+        probs = Categorical(logits=logits)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+
+
+def compute_gae(rewards, values, terminations, truncations, final_values, next_value, gamma, gae_lambda):
+    """Generalised advantage estimates for a rollout of shape (num_steps, num_envs).
+
+    Row t holds the transition s_t -> s_{t+1}: ``rewards[t]``, ``values[t]`` = V(s_t), and whether it
+    ended the episode by termination or truncation. ``final_values[t]`` is V(final observation) of a
+    truncated transition; ``next_value`` is V of the observation after the last row.
+    After a termination the bootstrap value is 0; after a truncation it is the value of the final
+    observation; otherwise it is V(s_{t+1}). The lambda-chain is cut at every episode end.
+    """
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last_gae_lam = torch.zeros_like(next_value)
+    for t in reversed(range(num_steps)):
+        next_values = next_value if t == num_steps - 1 else values[t + 1]
+        ended = torch.maximum(terminations[t], truncations[t])
+        bootstrap = torch.where(ended > 0, final_values[t] * (1.0 - terminations[t]), next_values)
+        delta = rewards[t] + gamma * bootstrap - values[t]
+        last_gae_lam = delta + gamma * gae_lambda * (1.0 - ended) * last_gae_lam
+        advantages[t] = last_gae_lam
+    return advantages, advantages + values
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    args.batch_size = int(args.num_envs * args.num_steps)
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
+    validate(args)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+    if args.track:
+        import wandb
+
+        # Patching TensorBoard (rather than `sync_tensorboard=True`) sends the same scalars and
+        # avoids a 10 s stall in `wandb.finish()`.
+        wandb.tensorboard.patch(root_logdir=f"runs/{run_name}")
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
+    )
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    # env setup
+    envs = gym.vector.AsyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        shared_memory=True,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
+    envs.action_space.seed(args.seed)
+
+    agent = Agent(envs).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    # ALGO Logic: Storage setup
+    # Frames are stored as uint8 (4x less memory than float32) and scaled inside the network.
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8).to(
+        device
+    )
+    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape).to(device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    terminations = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    truncations = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    final_values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+
+    # TRY NOT TO MODIFY: start the game
+    global_step = 0
+    start_time = time.time()
+    last_print = start_time
+    next_obs, _ = envs.reset(seed=args.seed)
+    next_obs = torch.as_tensor(next_obs, device=device)
+
+    for iteration in range(1, args.num_iterations + 1):
+        # Annealing the rate if instructed to do so.
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        for step in range(0, args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+
+            # ALGO LOGIC: action logic
+            with torch.no_grad():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+                values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+
+            # TRY NOT TO MODIFY: execute the game and log data.
+            next_obs_np, reward, terminated, truncated, infos = envs.step(action.cpu().numpy())
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            terminations[step] = torch.as_tensor(terminated, dtype=torch.float32, device=device)
+            truncations[step] = torch.as_tensor(truncated, dtype=torch.float32, device=device)
+            final_values[step] = 0.0
+            # The sub-envs that ended were already reset: `next_obs_np` holds their first observation
+            # of the next episode, and `final_obs` the last one of the finished episode.
+            bootstrap_idx = np.nonzero(truncated & ~terminated)[0]
+            if len(bootstrap_idx) > 0:
+                final_obs = torch.as_tensor(np.stack(infos["final_obs"][bootstrap_idx]), device=device)
+                with torch.no_grad():
+                    final_values[step, bootstrap_idx] = agent.get_value(final_obs).flatten()
+            next_obs = torch.as_tensor(next_obs_np, device=device)
+
+            if "final_info" in infos and "episode" in infos["final_info"]:
+                episode = infos["final_info"]["episode"]
+                for i in np.nonzero(infos["final_info"]["_episode"])[0]:
+                    writer.add_scalar("charts/episodic_return", episode["r"][i], global_step)
+                    writer.add_scalar("charts/episodic_length", episode["l"][i], global_step)
+
+        # bootstrap value if not done
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)[0]
+            advantages, returns = compute_gae(
+                rewards, values, terminations, truncations, final_values, next_value, args.gamma, args.gae_lambda
+            )
+
+        # flatten the batch
+        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+
+        # Optimizing the policy and value network
+        b_inds = np.arange(args.batch_size)
+        clipfracs = []
+        for _epoch in range(args.update_epochs):
+            np.random.shuffle(b_inds)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                end = start + args.minibatch_size
+                mb_inds = b_inds[start:end]
+
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions.long()[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+
+                with torch.no_grad():
+                    # calculate approx_kl http://joschu.net/blog/kl-approx.html
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
+
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                # Policy loss
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                # Value loss
+                newvalue = newvalue.view(-1)
+                if args.clip_vloss:
+                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                    v_clipped = b_values[mb_inds] + torch.clamp(
+                        newvalue - b_values[mb_inds],
+                        -args.clip_coef,
+                        args.clip_coef,
+                    )
+                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                    v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
+                    v_loss = 0.5 * v_loss_max.mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                entropy_loss = entropy.mean()
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        sps = int(global_step / (time.time() - start_time))
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        if time.time() - last_print > 5 or iteration == args.num_iterations:
+            last_print = time.time()
+            print(f"global_step={global_step}/{args.total_timesteps} SPS={sps}", flush=True)
+
+    if args.save_model:
+        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        atomic_torch_save(
+            {"script": "ppo_atari", "env_id": args.env_id, "args": vars(args), "model_state_dict": agent.state_dict()},
+            model_path,
+        )
+        print(f"model saved to {model_path}")
+
+    envs.close()
+    writer.close()
+    if args.track:
+        wandb.finish()

@@ -1,0 +1,1 @@
+"""Infrastructure shared by the single-file scripts in cleanrl/ (never algorithm code)."""

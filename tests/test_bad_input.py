@@ -1,0 +1,35 @@
+"""Bad input: one clear line on stderr, exit status 2, and nothing written under runs/."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_script
+
+CASES = [
+    ("ppo.py", ["--env-id", "NoSuchEnv-v9"], "unknown"),
+    ("ppo.py", ["--env-id", "Pendulum-v1"], "Discrete"),
+    ("ppo.py", ["--num-envs", "3", "--num-steps", "5", "--num-minibatches", "4"], "divisible"),
+    ("ppo.py", ["--total-timesteps", "0"], "positive"),
+    ("ppo.py", ["--total-timesteps", "-5"], "positive"),
+    ("ppo_atari.py", ["--env-id", "NoSuchGameNoFrameskip-v4"], "unknown"),
+    ("ppo_atari.py", ["--env-id", "CartPole-v1"], "Atari"),
+    ("ppo_atari.py", ["--num-minibatches", "3"], "divisible"),
+    ("ppo_atari.py", ["--total-timesteps", "0"], "positive"),
+    ("ppo_continuous_action.py", ["--env-id", "NoSuchEnv-v9"], "unknown"),
+    ("ppo_continuous_action.py", ["--env-id", "CartPole-v1"], "Box"),
+    ("ppo_continuous_action.py", ["--num-minibatches", "3"], "divisible"),
+    ("ppo_continuous_action.py", ["--total-timesteps", "-1"], "positive"),
+]
+
+
+@pytest.mark.parametrize("script,flags,needle", CASES, ids=[f"{c[0]}:{' '.join(c[1])}" for c in CASES])
+def test_bad_input_fails_cleanly(script, flags, needle, workdir):
+    proc = run_script(script, flags, workdir, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error:") and needle in lines[0], lines[0]
+    assert not (workdir / "runs").exists()
+    assert not (workdir / "videos").exists()
+    assert not (workdir / "wandb").exists()
