@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -44,10 +45,33 @@ def run_script(script: str, args: list[str], cwd: Path, timeout: float = 600, **
     )
 
 
-def check_ok(proc: subprocess.CompletedProcess) -> None:
-    assert proc.returncode == 0, (
-        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+def torchrun_command(launcher_args: list[str], script: str, args: list[str]) -> list[str]:
+    """``torchrun <launcher_args> cleanrl/<script> <args>`` without relying on PATH."""
+    return [sys.executable, "-m", "torch.distributed.run", *launcher_args, str(SCRIPTS / script), *args]
+
+
+def run_torchrun(launcher_args: list[str], script: str, args: list[str], cwd: Path, timeout: float = 600, **extra_env):
+    """Run a torchrun launch to completion (stdout and stderr merged, since torchrun interleaves them)."""
+    return subprocess.run(
+        torchrun_command(launcher_args, script, args),
+        cwd=cwd,
+        env=script_env(**extra_env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
     )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_ok(proc: subprocess.CompletedProcess) -> None:
+    out, err = proc.stdout or "", proc.stderr or ""
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{out[-4000:]}\nstderr:\n{err[-4000:]}"
 
 
 def only_run_dir(cwd: Path) -> Path:

@@ -7,7 +7,7 @@ import torch
 
 from conftest import load_script_module
 
-PPO_SCRIPTS = ["ppo.py", "ppo_atari.py", "ppo_continuous_action.py"]
+PPO_SCRIPTS = ["ppo.py", "ppo_atari.py", "ppo_atari_multigpu.py", "ppo_continuous_action.py"]
 
 
 def hand_made_rollout():

@@ -66,6 +66,6 @@ def readme_quickstart_commands():
 def test_readme_quick_start_has_two_commands_and_ci_runs_the_test_one_verbatim():
     commands = readme_quickstart_commands()
     assert len(commands) == 2, commands
-    assert "ppo_atari" in commands[0]
+    assert "torchrun" in commands[0] and "ppo_atari_multigpu.py" in commands[0]
     assert "pytest" in commands[1]
     assert commands[1] in (REPO / ".ci" / "run").read_text()

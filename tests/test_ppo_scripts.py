@@ -63,6 +63,24 @@ CASES = {
         4,
         2,
     ),
+    # Plain `python` launch: one process, no process group.
+    "ppo_atari_multigpu.py": (
+        "BreakoutNoFrameskip-v4",
+        [
+            "--local-num-envs",
+            "2",
+            "--num-steps",
+            "128",
+            "--num-minibatches",
+            "4",
+            "--update-epochs",
+            "1",
+            "--total-timesteps",
+            "1024",
+        ],
+        4,
+        2,
+    ),
     # Hopper (MuJoCo, like the default HalfCheetah) ends random episodes within tens of steps.
     "ppo_continuous_action.py": (
         "Hopper-v5",
@@ -121,8 +139,9 @@ def test_end_to_end(script, workdir):
     saved = torch.load(model_file, weights_only=True)
     assert saved["script"] == exp_name and saved["env_id"] == env_id
     module = load_script_module(script)
-    probe_env = gym.make(env_id) if script != "ppo_atari.py" else None
-    if script == "ppo_atari.py":
+    atari = script.startswith("ppo_atari")
+    probe_env = None if atari else gym.make(env_id)
+    if atari:
         spaces = types.SimpleNamespace(
             single_observation_space=gym.spaces.Box(0, 255, (4, 84, 84), np.uint8),
             single_action_space=gym.spaces.Discrete(4),

@@ -1,0 +1,618 @@
+"""Data-parallel PPO on Atari: one agent trained by N processes (GPUs or CPU slots), launched by torchrun.
+
+    python cleanrl/ppo_atari_multigpu.py                                         # one process
+    torchrun --standalone --nproc_per_node=2 cleanrl/ppo_atari_multigpu.py       # one node
+    torchrun --nnodes=2 --node_rank=0 --nproc_per_node=2 --master_addr=HOST --master_port=29500 \\
+        cleanrl/ppo_atari_multigpu.py                                            # first of two nodes
+
+Every process steps its own ``local_num_envs`` Atari envs in subprocess workers and collects its
+own rollout; the gradients of each minibatch are averaged over all processes with one
+``all_reduce``, so all processes take the same optimizer step and hold identical parameters
+(checked at the end: each rank prints a checksum of its parameters). The global batch is
+``num_steps * local_num_envs * world_size``; ``num_minibatches`` is the number of optimizer steps
+per epoch, each on a global minibatch made of one local minibatch per process. With the same
+global envs this is the same algorithm as ``ppo_atari.py``.
+
+What makes it correct across processes and nodes: the global rank comes from ``RANK`` (not
+``LOCAL_RANK``); environment seeds are distinct over all processes of all nodes; rank 0's initial
+parameters are broadcast to all; target-KL early stopping uses the KL averaged over processes, so
+every process runs the same number of minibatches; the episodes of all processes are gathered to
+rank 0 for logging and the losses are averaged. Only rank 0 writes TensorBoard, W&B, videos and
+the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from gymnasium.vector import AutoresetMode
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+
+from cleanrl_utils.atari_wrappers import (
+    ClipRewardEnv,
+    EpisodicLifeEnv,
+    FireResetEnv,
+    MaxAndSkipEnv,
+    NoopResetEnv,
+    has_fire_action,
+)
+from cleanrl_utils.distributed import torch_threads_per_process
+from cleanrl_utils.io import atomic_torch_save
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (process r seeds its envs from seed + r * local_num_envs)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available (one GPU per local process)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases (rank 0 only)"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (rank 0's env 0, `videos/<run_name>`)"""
+    save_model: bool = False
+    """whether to save the model to `runs/<run_name>/<exp_name>.cleanrl_model` (rank 0)"""
+    upload_model: bool = False
+    """whether to upload the saved model to the Hugging Face Hub (not available yet)"""
+    hf_entity: str = ""
+    """the user or org name of the model repository on the Hugging Face Hub"""
+
+    # Distributed arguments
+    backend: Literal["gloo", "nccl"] | None = None
+    """torch.distributed backend: default nccl when each process has its own GPU, else gloo"""
+    device_ids: list[int] | None = None
+    """CUDA device id for each local process, one per process on this node (default: local rank modulo GPU count)"""
+    torch_threads: int = 0
+    """intra-op CPU threads per process; 0 = an exported OMP_NUM_THREADS, else cores // local processes"""
+
+    # Algorithm specific arguments
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """the id of the Atari environment (`<Game>NoFrameskip-v4`, or `ALE/<Game>-v5` with its sticky actions)"""
+    total_timesteps: int = 10000000
+    """total timesteps of the experiment (summed over all envs of all processes)"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    local_num_envs: int | None = None
+    """the number of envs per process (default 8 when --num-envs is not given)"""
+    num_envs: int | None = None
+    """the global number of envs, split evenly across processes (give this or --local-num-envs)"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches (optimizer steps per epoch; each process contributes 1/N of each)"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization (per local minibatch)"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold (decided on the KL averaged over all processes)"""
+
+    # to be filled in runtime
+    world_size: int = 0
+    """the number of processes (computed in runtime)"""
+    local_batch_size: int = 0
+    """the batch size of one process (computed in runtime)"""
+    local_minibatch_size: int = 0
+    """the mini-batch size of one process (computed in runtime)"""
+    batch_size: int = 0
+    """the global batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the global mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+def fail(message: str, rank: int = 0) -> None:
+    """Bad input: one line on stderr (from rank 0 only) and exit status 2, before anything is written."""
+    if rank == 0:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def resolve_sizes(args: Args, world_size: int, rank: int) -> None:
+    """Derive per-process and global sizes; `--num-envs` is global, `--local-num-envs` per process."""
+    if args.num_envs is not None and args.local_num_envs is not None:
+        fail(
+            "give either --num-envs (global, split across processes) or --local-num-envs (per process), not both", rank
+        )
+    if args.num_envs is not None:
+        if args.num_envs <= 0 or args.num_envs % world_size != 0:
+            fail(f"--num-envs {args.num_envs} must be a positive multiple of the {world_size} processes", rank)
+        args.local_num_envs = args.num_envs // world_size
+    elif args.local_num_envs is None:
+        args.local_num_envs = 8
+    args.world_size = world_size
+    args.num_envs = args.local_num_envs * world_size
+    args.local_batch_size = args.local_num_envs * args.num_steps
+    args.local_minibatch_size = args.local_batch_size // max(1, args.num_minibatches)
+    args.batch_size = args.local_batch_size * world_size
+    args.minibatch_size = args.local_minibatch_size * world_size
+    args.num_iterations = args.total_timesteps // max(1, args.batch_size)
+
+
+def validate(args: Args, rank: int, local_world_size: int) -> None:
+    for name in ("total_timesteps", "local_num_envs", "num_steps", "num_minibatches", "update_epochs"):
+        if getattr(args, name) <= 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}", rank)
+    if not 0.0 < args.gamma <= 1.0 or not 0.0 <= args.gae_lambda <= 1.0:
+        fail("--gamma must be in (0, 1] and --gae-lambda in [0, 1]", rank)
+    if args.local_batch_size % args.num_minibatches != 0:
+        fail(
+            f"local_num_envs * num_steps = {args.local_batch_size} is not divisible by --num-minibatches "
+            f"{args.num_minibatches}; change --local-num-envs/--num-envs, --num-steps or --num-minibatches",
+            rank,
+        )
+    if args.num_iterations < 1:
+        fail(
+            f"--total-timesteps {args.total_timesteps} is less than one global rollout "
+            f"(num_envs * num_steps = {args.batch_size})",
+            rank,
+        )
+    if args.upload_model:
+        fail("--upload-model is not available yet in this version; use --save-model", rank)
+    use_cuda, device_ids = cuda_devices(args, local_world_size)
+    if args.backend == "nccl" and not use_cuda:
+        fail(
+            "--backend nccl needs CUDA, which is not available here (or --no-cuda was given); use --backend gloo", rank
+        )
+    if args.device_ids is not None and len(args.device_ids) != local_world_size:
+        fail(
+            f"--device-ids lists {len(args.device_ids)} ids but this node runs {local_world_size} processes "
+            "(give one id per process)",
+            rank,
+        )
+    if args.device_ids is not None and not use_cuda:
+        fail("--device-ids was given but CUDA is not used (not available, or --no-cuda)", rank)
+    if use_cuda:
+        if any(not 0 <= d < torch.cuda.device_count() for d in device_ids):
+            fail(f"--device-ids {device_ids}: this node has {torch.cuda.device_count()} CUDA devices", rank)
+        if args.backend == "nccl" and len(set(device_ids)) != len(device_ids):
+            fail(
+                f"NCCL needs one GPU per process, but processes share GPUs (devices {device_ids}); "
+                "use --backend gloo or fewer processes per node",
+                rank,
+            )
+    gym.register_envs(ale_py)
+    try:
+        spec = gym.spec(args.env_id)
+    except gym.error.Error as e:
+        fail(f"unknown environment id {args.env_id!r} ({type(e).__name__}: {e})", rank)
+    if not str(spec.entry_point).startswith("ale_py"):
+        fail(
+            f"{args.env_id} is not an Atari (ALE) environment; this script needs one, e.g. BreakoutNoFrameskip-v4", rank
+        )
+
+
+def cuda_devices(args: Args, local_world_size: int) -> tuple[bool, list[int]]:
+    """Whether CUDA is used, and the device of each local process (round-robin when GPUs are fewer)."""
+    if not (args.cuda and torch.cuda.is_available()):
+        return False, []
+    if args.device_ids is not None:
+        return True, list(args.device_ids)
+    return True, [i % torch.cuda.device_count() for i in range(local_world_size)]
+
+
+def make_env(env_id, idx, capture_video, run_name):
+    def thunk():
+        # Registered here, inside the worker, so that any multiprocessing start method works.
+        gym.register_envs(ale_py)
+        # MaxAndSkipEnv does the frame skipping, so the emulator itself must not skip.
+        if capture_video and idx == 0:
+            env = gym.make(env_id, frameskip=1, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id, frameskip=1)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = NoopResetEnv(env, noop_max=30)
+        env = MaxAndSkipEnv(env, skip=4)
+        env = EpisodicLifeEnv(env)
+        if has_fire_action(env):
+            env = FireResetEnv(env)
+        env = ClipRewardEnv(env)
+        env = gym.wrappers.ResizeObservation(env, (84, 84))
+        env = gym.wrappers.GrayscaleObservation(env)
+        env = gym.wrappers.FrameStackObservation(env, 4)
+        return env
+
+    return thunk
+
+
+def layer_init(layer, std=2**0.5, bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs):
+        super().__init__()
+        # The Nature DQN torso (Mnih et al. 2015) shared by the actor and the critic.
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1)
+
+    def get_value(self, x):
+        return self.critic(self.network(x / 255.0))
+
+    def get_action_and_value(self, x, action=None):
+        hidden = self.network(x / 255.0)
+        logits = self.actor(hidden)
+        probs = Categorical(logits=logits)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+
+
+def compute_gae(rewards, values, terminations, truncations, final_values, next_value, gamma, gae_lambda):
+    """Generalised advantage estimates for a rollout of shape (num_steps, num_envs).
+
+    Row t holds the transition s_t -> s_{t+1}: ``rewards[t]``, ``values[t]`` = V(s_t), and whether it
+    ended the episode by termination or truncation. ``final_values[t]`` is V(final observation) of a
+    truncated transition; ``next_value`` is V of the observation after the last row.
+    After a termination the bootstrap value is 0; after a truncation it is the value of the final
+    observation; otherwise it is V(s_{t+1}). The lambda-chain is cut at every episode end.
+    """
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last_gae_lam = torch.zeros_like(next_value)
+    for t in reversed(range(num_steps)):
+        next_values = next_value if t == num_steps - 1 else values[t + 1]
+        ended = torch.maximum(terminations[t], truncations[t])
+        bootstrap = torch.where(ended > 0, final_values[t] * (1.0 - terminations[t]), next_values)
+        delta = rewards[t] + gamma * bootstrap - values[t]
+        last_gae_lam = delta + gamma * gae_lambda * (1.0 - ended) * last_gae_lam
+        advantages[t] = last_gae_lam
+    return advantages, advantages + values
+
+
+def all_reduce_gradients(parameters, world_size):
+    """Average the gradients over all processes with a single all_reduce on one flat buffer."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= world_size
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def parameter_checksum(module):
+    digest = hashlib.sha256()
+    for p in module.parameters():
+        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    # torchrun sets these; a plain `python` launch is one process without a process group.
+    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    resolve_sizes(args, world_size, rank)
+    validate(args, rank, local_world_size)
+
+    use_cuda, device_ids = cuda_devices(args, local_world_size)
+    if use_cuda:
+        device = torch.device("cuda", device_ids[local_rank])
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    # NCCL when every process has a GPU of its own; gloo on CPU or when processes share a GPU.
+    backend = args.backend or ("nccl" if use_cuda and len(set(device_ids)) == len(device_ids) else "gloo")
+    threads, threads_reason = torch_threads_per_process(local_world_size, args.torch_threads)
+    torch.set_num_threads(threads)
+    if distributed:
+        dist.init_process_group(backend=backend)
+    elif rank == 0:
+        print("note: one process, no process group; launch with `torchrun --nproc_per_node=N` for data parallelism")
+
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    if distributed:
+        # Every rank must log to the same run folder: rank 0's start time decides the name.
+        holder = [run_name]
+        dist.broadcast_object_list(holder, src=0)
+        run_name = holder[0]
+    env_seed = args.seed + rank * args.local_num_envs
+    print(
+        f"rank={rank} local_rank={local_rank} world_size={world_size} device={device} backend="
+        f"{backend if distributed else 'none'} threads={threads} ({threads_reason}) "
+        f"env_seeds={env_seed}..{env_seed + args.local_num_envs - 1}",
+        flush=True,
+    )
+
+    writer = None
+    if rank == 0:
+        print(
+            f"global: num_envs={args.num_envs} ({args.local_num_envs} per process x {world_size}) "
+            f"batch_size={args.batch_size} minibatch_size={args.minibatch_size} iterations={args.num_iterations}",
+            flush=True,
+        )
+        if args.track:
+            import wandb
+
+            # Patching TensorBoard (rather than `sync_tensorboard=True`) sends the same scalars and
+            # avoids a 10 s stall in `wandb.finish()`.
+            wandb.tensorboard.patch(root_logdir=f"runs/{run_name}")
+            wandb.init(
+                project=args.wandb_project_name,
+                entity=args.wandb_entity,
+                config=vars(args),
+                name=run_name,
+                save_code=True,
+            )
+        writer = SummaryWriter(f"runs/{run_name}")
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
+        )
+
+    # Each process draws its own actions and minibatches; envs get disjoint seeds below.
+    random.seed(args.seed + rank)
+    np.random.seed(args.seed + rank)
+    torch.manual_seed(args.seed + rank)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # env setup: this process's envs, in subprocess workers
+    envs = gym.vector.AsyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video and rank == 0, run_name) for i in range(args.local_num_envs)],
+        shared_memory=True,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
+    envs.action_space.seed(env_seed)
+
+    agent = Agent(envs).to(device)
+    if distributed:
+        # Identical starting point guaranteed by a broadcast, not by seeding.
+        for tensor in agent.state_dict().values():
+            dist.broadcast(tensor, src=0)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    # ALGO Logic: Storage setup (frames as uint8, scaled inside the network)
+    shape = (args.num_steps, args.local_num_envs)
+    obs = torch.zeros(shape + envs.single_observation_space.shape, dtype=torch.uint8).to(device)
+    actions = torch.zeros(shape + envs.single_action_space.shape).to(device)
+    logprobs = torch.zeros(shape).to(device)
+    rewards = torch.zeros(shape).to(device)
+    terminations = torch.zeros(shape).to(device)
+    truncations = torch.zeros(shape).to(device)
+    final_values = torch.zeros(shape).to(device)
+    values = torch.zeros(shape).to(device)
+
+    global_step = 0
+    num_updates = 0
+    local_episodes = 0
+    start_time = time.time()
+    last_print = start_time
+    next_obs, _ = envs.reset(seed=env_seed)
+    next_obs = torch.as_tensor(next_obs, device=device)
+
+    for iteration in range(1, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        finished = []  # (global_step, return, length) of this process's episodes in this rollout
+        for step in range(0, args.num_steps):
+            # All processes step in lockstep, so global_step counts the envs of every process.
+            global_step += args.num_envs
+            obs[step] = next_obs
+
+            with torch.no_grad():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+                values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+
+            next_obs_np, reward, terminated, truncated, infos = envs.step(action.cpu().numpy())
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            terminations[step] = torch.as_tensor(terminated, dtype=torch.float32, device=device)
+            truncations[step] = torch.as_tensor(truncated, dtype=torch.float32, device=device)
+            final_values[step] = 0.0
+            # Ended sub-envs were already reset; a truncated one is bootstrapped from its final observation.
+            bootstrap_idx = np.nonzero(truncated & ~terminated)[0]
+            if len(bootstrap_idx) > 0:
+                final_obs = torch.as_tensor(np.stack(infos["final_obs"][bootstrap_idx]), device=device)
+                with torch.no_grad():
+                    final_values[step, bootstrap_idx] = agent.get_value(final_obs).flatten()
+            next_obs = torch.as_tensor(next_obs_np, device=device)
+
+            if "final_info" in infos and "episode" in infos["final_info"]:
+                episode = infos["final_info"]["episode"]
+                for i in np.nonzero(infos["final_info"]["_episode"])[0]:
+                    finished.append((global_step, float(episode["r"][i]), int(episode["l"][i])))
+        local_episodes += len(finished)
+
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)[0]
+            advantages, returns = compute_gae(
+                rewards, values, terminations, truncations, final_values, next_value, args.gamma, args.gae_lambda
+            )
+
+        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape((-1,) + envs.single_action_space.shape).long()
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+
+        # Each optimizer step uses one local minibatch per process; the averaged gradient is the
+        # gradient of the global minibatch.
+        b_inds = np.arange(args.local_batch_size)
+        clipfracs = []
+        for _epoch in range(args.update_epochs):
+            np.random.shuffle(b_inds)
+            for start in range(0, args.local_batch_size, args.local_minibatch_size):
+                mb_inds = b_inds[start : start + args.local_minibatch_size]
+
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+
+                with torch.no_grad():
+                    # calculate approx_kl http://joschu.net/blog/kl-approx.html
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
+
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                newvalue = newvalue.view(-1)
+                if args.clip_vloss:
+                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                    v_clipped = b_values[mb_inds] + torch.clamp(
+                        newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                    )
+                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                entropy_loss = entropy.mean()
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                optimizer.zero_grad()
+                loss.backward()
+                if distributed:
+                    # Average before clipping, so every process clips the same global gradient.
+                    all_reduce_gradients(agent.parameters(), world_size)
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+                num_updates += 1
+
+            if args.target_kl is not None:
+                # Decide together: a process stopping alone would leave the others waiting in all_reduce.
+                mean_kl = approx_kl.detach().clone()
+                if distributed:
+                    dist.all_reduce(mean_kl, op=dist.ReduceOp.SUM)
+                    mean_kl /= world_size
+                if mean_kl.item() > args.target_kl:
+                    break
+
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        # Statistics of all processes: losses averaged, episodes gathered to rank 0.
+        stats = torch.tensor(
+            [
+                v_loss.item(),
+                pg_loss.item(),
+                entropy_loss.item(),
+                old_approx_kl.item(),
+                approx_kl.item(),
+                float(np.mean(clipfracs)),
+                float(explained_var),
+            ],
+            dtype=torch.float64,
+            device=device,
+        )
+        all_finished = [finished]
+        if distributed:
+            dist.all_reduce(stats, op=dist.ReduceOp.SUM)
+            stats /= world_size
+            all_finished = [None] * world_size
+            dist.all_gather_object(all_finished, finished)
+
+        if rank == 0:
+            for step_of_episode, episodic_return, episodic_length in sorted(e for f in all_finished for e in f):
+                writer.add_scalar("charts/episodic_return", episodic_return, step_of_episode)
+                writer.add_scalar("charts/episodic_length", episodic_length, step_of_episode)
+            v_loss_m, pg_loss_m, entropy_m, old_kl_m, kl_m, clipfrac_m, explained_var_m = stats.tolist()
+            sps = int(global_step / (time.time() - start_time))
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_loss_m, global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss_m, global_step)
+            writer.add_scalar("losses/entropy", entropy_m, global_step)
+            writer.add_scalar("losses/old_approx_kl", old_kl_m, global_step)
+            writer.add_scalar("losses/approx_kl", kl_m, global_step)
+            writer.add_scalar("losses/clipfrac", clipfrac_m, global_step)
+            writer.add_scalar("losses/explained_variance", explained_var_m, global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            if time.time() - last_print > 5 or iteration == args.num_iterations:
+                last_print = time.time()
+                print(f"global_step={global_step}/{args.total_timesteps} SPS={sps}", flush=True)
+
+    if args.save_model and rank == 0:
+        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        atomic_torch_save(
+            {
+                "script": "ppo_atari_multigpu",
+                "env_id": args.env_id,
+                "args": vars(args),
+                "model_state_dict": agent.state_dict(),
+            },
+            model_path,
+        )
+        print(f"model saved to {model_path}")
+
+    # One line per rank; identical checksums show that all processes hold the same parameters.
+    print(
+        f"rank={rank} done: updates={num_updates} episodes={local_episodes} param_sha256={parameter_checksum(agent)}",
+        flush=True,
+    )
+    envs.close()
+    if writer is not None:
+        writer.close()
+    if args.track and rank == 0:
+        wandb.finish()
+    if distributed:
+        dist.destroy_process_group()
