@@ -23,6 +23,7 @@ the model.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import random
@@ -50,6 +51,17 @@ from cleanrl_utils.atari_wrappers import (
     MaxAndSkipEnv,
     NoopResetEnv,
     has_fire_action,
+)
+from cleanrl_utils.checkpoint import (
+    EXIT_PREEMPTED,
+    CheckpointError,
+    StopRequest,
+    env_worker_ignores_stop_signals,
+    exit_non_finite,
+    find_resume_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
 )
 from cleanrl_utils.distributed import torch_threads_per_process
 from cleanrl_utils.io import atomic_torch_save
@@ -79,12 +91,22 @@ class Args:
     """whether to upload the saved model to the Hugging Face Hub (not available yet)"""
     hf_entity: str = ""
     """the user or org name of the model repository on the Hugging Face Hub"""
+    run_name: str | None = None
+    """the run folder under runs/ (default `{env_id}__{exp_name}__{seed}__{torchrun run id or unix_time}`)"""
+    checkpoint_frequency: int = 100
+    """write a checkpoint every N iterations to runs/<run_name>/checkpoints (0: only on SIGTERM/SIGINT)"""
+    keep_checkpoints: int = 3
+    """how many of the newest checkpoints to keep"""
+    resume: str | None = None
+    """a checkpoint file, or `auto`: the newest checkpoint of the run (the default under torchrun; fresh if none)"""
 
     # Distributed arguments
     backend: Literal["gloo", "nccl"] | None = None
     """torch.distributed backend: default nccl when each process has its own GPU, else gloo"""
     device_ids: list[int] | None = None
     """CUDA device id for each local process, one per process on this node (default: local rank modulo GPU count)"""
+    dist_timeout: int = 600
+    """seconds a collective waits for the other processes before failing, so that a lost node ends the attempt"""
     torch_threads: int = 0
     """intra-op CPU threads per process; 0 = an exported OMP_NUM_THREADS, else cores // local processes"""
 
@@ -189,6 +211,10 @@ def validate(args: Args, rank: int, local_world_size: int) -> None:
         )
     if args.upload_model:
         fail("--upload-model is not available yet in this version; use --save-model", rank)
+    if args.checkpoint_frequency < 0 or args.keep_checkpoints < 1:
+        fail("--checkpoint-frequency must be >= 0 and --keep-checkpoints >= 1", rank)
+    if args.dist_timeout <= 0:
+        fail("--dist-timeout must be positive (seconds)", rank)
     use_cuda, device_ids = cuda_devices(args, local_world_size)
     if args.backend == "nccl" and not use_cuda:
         fail(
@@ -233,6 +259,7 @@ def cuda_devices(args: Args, local_world_size: int) -> tuple[bool, list[int]]:
 
 def make_env(env_id, idx, capture_video, run_name):
     def thunk():
+        env_worker_ignores_stop_signals()  # the training process handles SIGTERM/SIGINT and closes us
         # Registered here, inside the worker, so that any multiprocessing start method works.
         gym.register_envs(ale_py)
         # MaxAndSkipEnv does the frame skipping, so the emulator itself must not skip.
@@ -286,7 +313,8 @@ class Agent(nn.Module):
     def get_action_and_value(self, x, action=None):
         hidden = self.network(x / 255.0)
         logits = self.actor(hidden)
-        probs = Categorical(logits=logits)
+        # No argument validation: NaNs are reported by the gradient-norm check with a clear message.
+        probs = Categorical(logits=logits, validate_args=False)
         if action is None:
             action = probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
@@ -355,19 +383,50 @@ if __name__ == "__main__":
     threads, threads_reason = torch_threads_per_process(local_world_size, args.torch_threads)
     torch.set_num_threads(threads)
     if distributed:
-        dist.init_process_group(backend=backend)
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=args.dist_timeout))
     elif rank == 0:
         print("note: one process, no process group; launch with `torchrun --nproc_per_node=N` for data parallelism")
 
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    # The run folder must be the same after torchrun restarts the group: an explicit --run-name,
+    # else torchrun's run id (fixed for one launch, restarts included), else rank 0's start time.
+    script = os.path.basename(__file__)[: -len(".py")]
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    if args.run_name:
+        run_name = args.run_name
+    elif distributed and run_id != "none":
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{run_id}"
+    else:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        if distributed and rank == 0:
+            print("note: no --run-name and no torchrun run id: a restarted group would start a new run folder")
+    resume = args.resume if args.resume is not None else ("auto" if distributed else None)
+    # Rank 0 reads the checkpoint and sends it to every rank, so nodes need no shared file system.
+    resume_state, resume_error = None, None
+    if rank == 0:
+        try:
+            known_run = args.run_name is not None or distributed
+            resume_state = find_resume_state(resume, f"runs/{run_name}" if known_run else None, script)
+        except CheckpointError as e:
+            resume_error = str(e)
     if distributed:
-        # Every rank must log to the same run folder: rank 0's start time decides the name.
-        holder = [run_name]
+        holder = [run_name, resume_state, resume_error]
         dist.broadcast_object_list(holder, src=0)
-        run_name = holder[0]
-    env_seed = args.seed + rank * args.local_num_envs
+        run_name, resume_state, resume_error = holder
+    if resume_state is not None and resume_state["args"]["env_id"] != args.env_id:
+        resume_error = f"the checkpoint is for {resume_state['args']['env_id']}, not {args.env_id}"
+    if resume_error is not None:
+        if distributed:
+            dist.destroy_process_group()
+        fail(resume_error, rank)
+    if resume_state is not None:
+        run_name = resume_state["run_name"]
+    run_dir = f"runs/{run_name}"
+    global_step = resume_state["global_step"] if resume_state else 0
+    # Resumed envs start new episodes (emulator states are not checkpointed), seeded apart from the first ones.
+    env_seed = args.seed + rank * args.local_num_envs + global_step
     print(
-        f"rank={rank} local_rank={local_rank} world_size={world_size} device={device} backend="
+        f"rank={rank} local_rank={local_rank} world_size={world_size} pid={os.getpid()} "
+        f"restart={os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} device={device} backend="
         f"{backend if distributed else 'none'} threads={threads} ({threads_reason}) "
         f"env_seeds={env_seed}..{env_seed + args.local_num_envs - 1}",
         flush=True,
@@ -385,15 +444,19 @@ if __name__ == "__main__":
 
             # Patching TensorBoard (rather than `sync_tensorboard=True`) sends the same scalars and
             # avoids a 10 s stall in `wandb.finish()`.
-            wandb.tensorboard.patch(root_logdir=f"runs/{run_name}")
+            wandb.tensorboard.patch(root_logdir=run_dir)
             wandb.init(
                 project=args.wandb_project_name,
                 entity=args.wandb_entity,
                 config=vars(args),
                 name=run_name,
+                id=hashlib.sha1(run_name.encode()).hexdigest()[:16],  # the same W&B run after a restart
+                resume="allow",
                 save_code=True,
             )
-        writer = SummaryWriter(f"runs/{run_name}")
+        # A resumed run appends to the same folder; purge_step hides what the interrupted attempt
+        # logged after its last checkpoint, so no step appears twice.
+        writer = SummaryWriter(run_dir, purge_step=global_step + 1 if resume_state else None)
         writer.add_text(
             "hyperparameters",
             "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
@@ -419,6 +482,47 @@ if __name__ == "__main__":
         for tensor in agent.state_dict().values():
             dist.broadcast(tensor, src=0)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    completed_iteration, completed_step = 0, 0
+    if resume_state is not None:
+        agent.load_state_dict(resume_state["model"])
+        optimizer.load_state_dict(resume_state["optimizer"])
+        completed_iteration, completed_step = resume_state["iteration"], resume_state["global_step"]
+        if rank < len(resume_state["rng"]):
+            set_rng_state(resume_state["rng"][rank])
+        else:
+            # A process that did not exist when the checkpoint was written (the group grew).
+            random.seed(args.seed + rank + global_step)
+            np.random.seed(args.seed + rank + global_step)
+            torch.manual_seed(args.seed + rank + global_step)
+        if rank == 0:
+            print(f"resumed from {resume_state['path']} at global_step={global_step}", flush=True)
+    resume_state = None  # free the copy
+
+    def write_checkpoint():
+        """Collective: every rank sends its RNG states, rank 0 writes."""
+        rngs = [rng_state()]
+        if distributed:
+            rngs = [None] * world_size if rank == 0 else None
+            dist.gather_object(rng_state(), rngs, dst=0)
+        if rank != 0:
+            return None
+        return save_checkpoint(
+            {
+                "script": script,
+                "run_name": run_name,
+                "args": vars(args),
+                "global_step": completed_step,
+                "iteration": completed_iteration,
+                "model": agent.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "rng": rngs,
+                "world_size": world_size,
+            },
+            run_dir,
+            keep=args.keep_checkpoints,
+        )
+
+    stop = StopRequest(when="at the end of the current iteration").install()
 
     # ALGO Logic: Storage setup (frames as uint8, scaled inside the network)
     shape = (args.num_steps, args.local_num_envs)
@@ -431,17 +535,20 @@ if __name__ == "__main__":
     final_values = torch.zeros(shape).to(device)
     values = torch.zeros(shape).to(device)
 
-    global_step = 0
     num_updates = 0
     local_episodes = 0
-    start_time = time.time()
+    stop_now = False
+    start_time, start_step = time.time(), global_step
     last_print = start_time
     next_obs, _ = envs.reset(seed=env_seed)
     next_obs = torch.as_tensor(next_obs, device=device)
 
-    for iteration in range(1, args.num_iterations + 1):
+    # Iterate on steps, not on a fixed iteration count: after an elastic restart with a different
+    # world size the global batch may differ, and the budget must still hold.
+    while completed_step + args.batch_size <= args.total_timesteps:
+        iteration = completed_iteration + 1
         if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            frac = 1.0 - completed_step / args.total_timesteps
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         finished = []  # (global_step, return, length) of this process's episodes in this rollout
@@ -534,7 +641,9 @@ if __name__ == "__main__":
                 if distributed:
                     # Average before clipping, so every process clips the same global gradient.
                     all_reduce_gradients(agent.parameters(), world_size)
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                if not torch.isfinite(grad_norm):
+                    exit_non_finite(global_step, iteration, run_dir, script, quiet=rank != 0)
                 optimizer.step()
                 num_updates += 1
 
@@ -577,7 +686,7 @@ if __name__ == "__main__":
                 writer.add_scalar("charts/episodic_return", episodic_return, step_of_episode)
                 writer.add_scalar("charts/episodic_length", episodic_length, step_of_episode)
             v_loss_m, pg_loss_m, entropy_m, old_kl_m, kl_m, clipfrac_m, explained_var_m = stats.tolist()
-            sps = int(global_step / (time.time() - start_time))
+            sps = int((global_step - start_step) / (time.time() - start_time))
             writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
             writer.add_scalar("losses/value_loss", v_loss_m, global_step)
             writer.add_scalar("losses/policy_loss", pg_loss_m, global_step)
@@ -587,12 +696,40 @@ if __name__ == "__main__":
             writer.add_scalar("losses/clipfrac", clipfrac_m, global_step)
             writer.add_scalar("losses/explained_variance", explained_var_m, global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
-            if time.time() - last_print > 5 or iteration == args.num_iterations:
+            if time.time() - last_print > 5 or global_step + args.batch_size > args.total_timesteps:
                 last_print = time.time()
                 print(f"global_step={global_step}/{args.total_timesteps} SPS={sps}", flush=True)
 
+        # Parameters are identical over ranks, so all ranks take the same decision.
+        if not all(torch.isfinite(p).all() for p in agent.parameters()):
+            exit_non_finite(global_step, iteration, run_dir, script, quiet=rank != 0)
+        completed_iteration, completed_step = iteration, global_step
+        # A stop is decided together, so that every rank reaches the same collective calls.
+        stop_flag = torch.tensor([1.0 if stop.requested else 0.0], device=device)
+        if distributed:
+            dist.all_reduce(stop_flag, op=dist.ReduceOp.MAX)
+        stop_now = stop_flag.item() > 0
+        if args.checkpoint_frequency > 0 and iteration % args.checkpoint_frequency == 0 and not stop_now:
+            write_checkpoint()
+        if stop_now:
+            break
+
+    if stop_now:
+        path = write_checkpoint()
+        if rank == 0:
+            print(f"stop requested: checkpoint {path} written at global_step={completed_step}; exiting", flush=True)
+            writer.close()
+            if args.track:
+                wandb.finish(exit_code=EXIT_PREEMPTED)
+        envs.close()
+        if distributed:
+            dist.destroy_process_group()
+        raise SystemExit(EXIT_PREEMPTED)
+    if args.checkpoint_frequency > 0 and completed_iteration % args.checkpoint_frequency != 0:
+        write_checkpoint()  # the final state, so that a retry of a finished run has nothing left to do
+
     if args.save_model and rank == 0:
-        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         atomic_torch_save(
             {
                 "script": "ppo_atari_multigpu",

@@ -18,6 +18,7 @@ one is not (see ``compute_gae``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import sys
@@ -34,6 +35,17 @@ from gymnasium.vector import AutoresetMode
 from torch.distributions.normal import Normal
 from torch.utils.tensorboard import SummaryWriter
 
+from cleanrl_utils.checkpoint import (
+    EXIT_PREEMPTED,
+    CheckpointError,
+    StopRequest,
+    env_worker_ignores_stop_signals,
+    exit_non_finite,
+    find_resume_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from cleanrl_utils.io import atomic_torch_save
 
 
@@ -61,6 +73,14 @@ class Args:
     """whether to upload the saved model to the Hugging Face Hub (not available yet)"""
     hf_entity: str = ""
     """the user or org name of the model repository on the Hugging Face Hub"""
+    run_name: str | None = None
+    """the run folder under runs/ (default `{env_id}__{exp_name}__{seed}__{unix_time}`)"""
+    checkpoint_frequency: int = 100
+    """write a checkpoint every N iterations to runs/<run_name>/checkpoints (0: only on SIGTERM/SIGINT)"""
+    keep_checkpoints: int = 3
+    """how many of the newest checkpoints to keep"""
+    resume: str | None = None
+    """resume from a checkpoint file, or `auto`: the newest checkpoint of --run-name (fresh start if none)"""
 
     # Algorithm specific arguments
     env_id: str = "HalfCheetah-v5"
@@ -142,6 +162,8 @@ def validate(args: Args) -> None:
         )
     if args.upload_model:
         fail("--upload-model is not available yet in this version; use --save-model")
+    if args.checkpoint_frequency < 0 or args.keep_checkpoints < 1:
+        fail("--checkpoint-frequency must be >= 0 and --keep-checkpoints >= 1")
     try:
         env = gym.make(args.env_id)
     except gym.error.Error as e:
@@ -168,6 +190,7 @@ def validate(args: Args) -> None:
 
 def make_env(env_id, idx, capture_video, run_name):
     def thunk():
+        env_worker_ignores_stop_signals()  # the training process handles SIGTERM/SIGINT and closes us
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
@@ -206,6 +229,9 @@ class RunningMeanStd:
         # Tensors, so that `torch.load(..., weights_only=True)` reads the saved model.
         return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": float(self.count)}
 
+    def load_state_dict(self, state):
+        self.mean, self.var, self.count = state["mean"].numpy().copy(), state["var"].numpy().copy(), state["count"]
+
 
 class Agent(nn.Module):
     def __init__(self, envs):
@@ -235,7 +261,8 @@ class Agent(nn.Module):
     def get_action_and_value(self, x, action=None):
         action_mean = self.actor_mean(x)
         action_std = torch.exp(self.actor_logstd.expand_as(action_mean))
-        probs = Normal(action_mean, action_std)
+        # No argument validation: NaNs are reported by the gradient-norm check with a clear message.
+        probs = Normal(action_mean, action_std, validate_args=False)
         if action is None:
             action = probs.sample()
         return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
@@ -272,7 +299,24 @@ if __name__ == "__main__":
         # MuJoCo renders offscreen through EGL on a headless Linux box; it reads this on import.
         os.environ.setdefault("MUJOCO_GL", "egl")
     validate(args)
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    script = os.path.basename(__file__)[: -len(".py")]
+    try:
+        resume_state = find_resume_state(args.resume, args.run_name and f"runs/{args.run_name}", script)
+    except CheckpointError as e:
+        fail(str(e))
+    if resume_state is not None:
+        saved = resume_state["args"]
+        for key in ("env_id", "num_envs", "num_steps"):
+            if saved[key] != getattr(args, key):
+                fail(
+                    f"the checkpoint has --{key.replace('_', '-')} {saved[key]}, this run {getattr(args, key)}; resume with the same"
+                )
+    run_name = (
+        resume_state["run_name"]
+        if resume_state
+        else args.run_name or f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    )
+    run_dir = f"runs/{run_name}"
 
     if args.track:
         import wandb
@@ -285,9 +329,13 @@ if __name__ == "__main__":
             entity=args.wandb_entity,
             config=vars(args),
             name=run_name,
+            id=hashlib.sha1(run_name.encode()).hexdigest()[:16],  # the same W&B run after a resume
+            resume="allow",
             save_code=True,
         )
-    writer = SummaryWriter(f"runs/{run_name}")
+    # A resumed run appends to the same folder; purge_step hides what the interrupted attempt logged
+    # after its last checkpoint, so no step appears twice.
+    writer = SummaryWriter(run_dir, purge_step=resume_state["global_step"] + 1 if resume_state else None)
     writer.add_text(
         "hyperparameters",
         "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
@@ -345,14 +393,48 @@ if __name__ == "__main__":
     final_values = torch.zeros((args.num_steps, args.num_envs)).to(device)
     values = torch.zeros((args.num_steps, args.num_envs)).to(device)
 
+    global_step, start_iteration = 0, 1
+    if resume_state is not None:
+        agent.load_state_dict(resume_state["model"])
+        optimizer.load_state_dict(resume_state["optimizer"])
+        set_rng_state(resume_state["rng"][0])
+        for rms, key in ((obs_rms, "obs_rms"), (return_rms, "return_rms")):
+            rms.load_state_dict(resume_state[key])
+        discounted_returns[:] = resume_state["discounted_returns"].numpy()
+        global_step, start_iteration = resume_state["global_step"], resume_state["iteration"] + 1
+        print(f"resumed from {resume_state['path']} at global_step={global_step}", flush=True)
+    completed_iteration, completed_step = start_iteration - 1, global_step
+
+    def write_checkpoint():
+        return save_checkpoint(
+            {
+                "script": script,
+                "run_name": run_name,
+                "args": vars(args),
+                "global_step": completed_step,
+                "iteration": completed_iteration,
+                "model": agent.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "rng": [rng_state()],
+                "obs_rms": obs_rms.state_dict(),
+                "return_rms": return_rms.state_dict(),
+                "discounted_returns": torch.tensor(discounted_returns),
+            },
+            run_dir,
+            keep=args.keep_checkpoints,
+        )
+
+    stop = StopRequest().install()
+
     # TRY NOT TO MODIFY: start the game
-    global_step = 0
     start_time = time.time()
+    start_step = global_step
     last_print = start_time
-    next_obs, _ = envs.reset(seed=args.seed)
+    # Emulator states are not checkpointed: a resumed run starts new episodes, seeded apart from the first ones.
+    next_obs, _ = envs.reset(seed=args.seed + global_step)
     next_obs = torch.Tensor(normalize_obs(next_obs, update=True)).to(device)
 
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(start_iteration, args.num_iterations + 1):
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
@@ -393,6 +475,10 @@ if __name__ == "__main__":
                 for i in np.nonzero(infos["final_info"]["_episode"])[0]:
                     writer.add_scalar("charts/episodic_return", episode["r"][i], global_step)
                     writer.add_scalar("charts/episodic_length", episode["l"][i], global_step)
+            if stop.requested:
+                break  # the partial rollout is dropped; the checkpoint is the last whole iteration
+        if stop.requested:
+            break
 
         # bootstrap value if not done
         with torch.no_grad():
@@ -457,7 +543,9 @@ if __name__ == "__main__":
 
                 optimizer.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                if not torch.isfinite(grad_norm):
+                    exit_non_finite(global_step, iteration, run_dir, script)
                 optimizer.step()
 
             if args.target_kl is not None and approx_kl > args.target_kl:
@@ -468,7 +556,7 @@ if __name__ == "__main__":
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
         writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
@@ -482,8 +570,27 @@ if __name__ == "__main__":
             last_print = time.time()
             print(f"global_step={global_step}/{args.total_timesteps} SPS={sps}", flush=True)
 
+        if not all(torch.isfinite(p).all() for p in agent.parameters()):
+            exit_non_finite(global_step, iteration, run_dir, script)
+        completed_iteration, completed_step = iteration, global_step
+        if args.checkpoint_frequency > 0 and iteration % args.checkpoint_frequency == 0 and not stop.requested:
+            write_checkpoint()
+        if stop.requested:
+            break
+
+    if stop.requested:
+        path = write_checkpoint()
+        print(f"{stop.signal_name}: checkpoint {path} written at global_step={completed_step}; exiting", flush=True)
+        envs.close()
+        writer.close()
+        if args.track:
+            wandb.finish(exit_code=EXIT_PREEMPTED)
+        raise SystemExit(EXIT_PREEMPTED)
+    if args.checkpoint_frequency > 0 and completed_iteration % args.checkpoint_frequency != 0:
+        write_checkpoint()  # the final state, so that a retry of a finished run has nothing left to do
+
     if args.save_model:
-        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
+        model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         atomic_torch_save(
             {
                 "script": "ppo_continuous_action",

@@ -15,6 +15,7 @@ What a script stores (see each script's ``checkpoint_state``): ``script``, ``run
 from __future__ import annotations
 
 import glob
+import multiprocessing
 import os
 import random
 import re
@@ -30,6 +31,8 @@ from cleanrl_utils.io import atomic_torch_save
 # Exit status after a requested stop (SIGTERM/SIGINT) once the checkpoint is written: EX_TEMPFAIL
 # from sysexits.h, "temporary failure, retry later". Schedulers are told to retry on it.
 EXIT_PREEMPTED = 75
+# Exit status when the loss or the parameters stop being finite (a real failure: do not retry).
+EXIT_NONFINITE = 3
 
 _CKPT = re.compile(r"ckpt_(\d+)\.pt$")
 
@@ -92,7 +95,14 @@ def rng_state() -> dict[str, Any]:
     np_state = np.random.get_state()
     state = {
         "python": random.getstate(),
-        "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()), int(np_state[2]), int(np_state[3]), float(np_state[4])),
+        "numpy": (
+            np_state[0],
+            # int64, not uint32: uint32 tensors do not survive torch.distributed's object collectives.
+            torch.from_numpy(np_state[1].astype(np.int64)),
+            int(np_state[2]),
+            int(np_state[3]),
+            float(np_state[4]),
+        ),
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -103,7 +113,7 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(_as_tuples(state["python"]))
     name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy(), pos, has_gauss, cached))
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -122,9 +132,10 @@ class StopRequest:
     A second signal while stopping falls back to the default behaviour (immediate exit).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, when: str = "after the current step") -> None:
         self.requested = False
         self.signal_name = ""
+        self.when = when
 
     def install(self) -> StopRequest:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -138,4 +149,49 @@ class StopRequest:
             return
         self.requested = True
         self.signal_name = signal.Signals(signum).name
-        print(f"received {self.signal_name}: stopping after the current step to write a checkpoint", flush=True)
+        print(f"received {self.signal_name}: stopping {self.when} to write a checkpoint", flush=True)
+
+
+def find_resume_state(resume: str | None, run_dir: str | None, script: str) -> dict[str, Any] | None:
+    """What ``--resume`` asks for: None (fresh run), a checkpoint path, or ``auto``.
+
+    ``auto`` takes the newest usable checkpoint in ``run_dir`` and starts fresh when there is none
+    (so the same command serves the first attempt and every retry); it needs a known run folder.
+    Raises CheckpointError with a one-line reason when the request cannot be met.
+    """
+    if resume is None:
+        return None
+    if resume == "auto":
+        if run_dir is None:
+            raise CheckpointError("--resume auto needs --run-name (the run folder to resume) outside torchrun")
+        return latest_checkpoint(run_dir, script)
+    state = load_checkpoint(resume, script)
+    state["path"] = resume
+    return state
+
+
+def exit_non_finite(global_step: int, iteration: int, run_dir: str, script: str, quiet: bool = False) -> None:
+    """Stop a run whose loss, gradients or parameters are no longer finite; no checkpoint is written,
+    so the newest one on disk is the last good state."""
+    if not quiet:
+        last = latest_checkpoint(run_dir, script)
+        print(
+            f"error: non-finite loss, gradient or parameters at global_step {global_step} (iteration {iteration}); "
+            f"nothing more is saved, the last good checkpoint is {last['path'] if last else 'none (no checkpoint yet)'}",
+            file=sys.stderr,
+            flush=True,
+        )
+    raise SystemExit(EXIT_NONFINITE)
+
+
+def env_worker_ignores_stop_signals() -> None:
+    """Call in an env thunk: move a vector-env subprocess out of the training process's group.
+
+    Ctrl-C, torchrun and schedulers signal the whole process group; the env workers must keep
+    stepping until the training process has written its checkpoint and closes them. In a group of
+    their own they only get the signals meant for them (the parent's close or terminate), and if
+    the parent dies they see their pipe close and exit. In the training process itself (no
+    multiprocessing parent) this does nothing.
+    """
+    if multiprocessing.parent_process() is not None:
+        os.setpgid(0, 0)
