@@ -57,7 +57,7 @@ FLAGS = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--up
 def test_kill_minus_9_one_worker_group_restarts_and_completes(workdir):
     total = 128 * 24
     log = workdir / "torchrun.log"
-    cmd = torchrun_command(["--standalone", "--nproc_per_node=2", "--max-restarts=2"], SCRIPT,
+    cmd = torchrun_command(["--standalone", "--nproc_per_node=2", "--max-restarts=3"], SCRIPT,
                            [*FLAGS, "--total-timesteps", str(total)])  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=workdir, env=script_env(), stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
@@ -69,7 +69,10 @@ def test_kill_minus_9_one_worker_group_restarts_and_completes(workdir):
         kill_tree(proc, [log])
     out = log.read_text()
     assert proc.returncode == 0, out[-4000:]
-    assert (1, 1) in worker_pids(log), f"the group was not restarted: {worker_pids(log)}\n{out[-6000:]}"
+    # A restarted gloo group can fail its first connect on a loaded machine (torchrun then restarts
+    # once more), so any later restart of rank 1 counts.
+    restarts = [restart for (rank, restart) in worker_pids(log) if rank == 1]
+    assert max(restarts) >= 1, f"the group was not restarted: {worker_pids(log)}\n{out[-6000:]}"
     assert "resumed from" in out
     run_dir = only_run_dir(workdir)  # the restarted group kept the same run folder
     assert_continuous_log(run_dir, 128, total)
