@@ -89,6 +89,12 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def assert_continuous_log(run_dir: Path, batch: int, total: int) -> None:
+    """One value per iteration at every multiple of the batch up to the budget: no gap, no repeat."""
+    steps = [s for s, _ in read_scalars(run_dir)["losses/value_loss"]]
+    assert steps == list(range(batch, total + 1, batch)), steps
+
+
 def read_text_tags(run_dir: Path) -> list[str]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

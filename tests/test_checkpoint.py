@@ -16,7 +16,7 @@ import torch
 
 from cleanrl_utils import checkpoint as ckpt
 from cleanrl_utils import io as cio
-from conftest import SCRIPTS, check_ok, only_run_dir, read_scalars, run_script, script_env
+from conftest import SCRIPTS, assert_continuous_log, check_ok, only_run_dir, read_scalars, run_script, script_env
 
 # ---------------------------------------------------------------- module level
 
@@ -167,12 +167,6 @@ RESUME_CASES = {
         3840,
     ),
 }
-
-
-def assert_continuous_log(run_dir: Path, batch: int, total: int) -> None:
-    """One value per iteration, at every multiple of the batch up to the budget: no gap, no repeat."""
-    steps = [s for s, _ in read_scalars(run_dir)["losses/value_loss"]]
-    assert steps == list(range(batch, total + 1, batch)), steps
 
 
 # SIGTERM for every script; SIGINT (Ctrl-C) once, on a script with subprocess envs.

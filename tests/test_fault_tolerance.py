@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import free_port, only_run_dir, read_scalars, script_env, torchrun_command
+from conftest import assert_continuous_log, free_port, only_run_dir, script_env, torchrun_command
 
 SCRIPT = "ppo_atari_multigpu.py"
 
@@ -43,11 +43,6 @@ def kill_tree(proc: subprocess.Popen, logs: list[Path]) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-
-
-def assert_continuous_log(run_dir: Path, batch: int, total: int) -> None:
-    steps = [s for s, _ in read_scalars(run_dir)["losses/value_loss"]]
-    assert steps == list(range(batch, total + 1, batch)), steps
 
 
 FLAGS = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1",
