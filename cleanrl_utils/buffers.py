@@ -107,11 +107,13 @@ class AtariFrameBuffer:
         )  # absolute step of the episode's first slot
         self.t = 0  # absolute step of the newest written slot (the same for every env)
         self.started = False
+        self._count = 0
         self._in_reset_step = np.zeros(num_envs, dtype=np.bool_)
 
     def _write_frame(self, abs_step, obs, new_episode):
         slot = abs_step % self.slots
         self.frames[:, slot] = obs[:, -1]
+        self._count -= int(self.has_next[:, slot].sum())  # transitions overwritten by the ring
         self.has_next[:, slot] = False
         self.episode_start[:, slot] = np.where(
             new_episode, abs_step, self.episode_start[:, (abs_step - 1) % self.slots]
@@ -135,12 +137,13 @@ class AtariFrameBuffer:
         self.t += 1
         self._write_frame(self.t, next_obs, new_episode)
         self.has_next[:, slot] = real
+        self._count += int(real.sum())
 
     @property
     def size(self) -> int:
-        """Number of sampleable transitions (all envs)."""
-        env_idx, slot_idx = np.indices((self.num_envs, self.slots)).reshape(2, -1)
-        return int(self._sampleable(env_idx, slot_idx).sum())
+        """Number of real transitions held (all envs); the few whose stack reaches past the oldest
+        retained frame are held but not sampled."""
+        return self._count
 
     def _slot_steps(self, slot_idx):
         """Absolute step held by each slot (the same for every env); negative for never-written slots."""

@@ -69,6 +69,7 @@ def test_atari_frame_buffer_rebuilds_the_env_stacks_across_episodes_and_the_wrap
     obs = buffer._stacks(env_idx, steps, starts)
     next_obs = buffer._stacks(env_idx, steps + 1, starts)
     assert len(steps) > 150
+    assert len(steps) <= buffer.size <= len(steps) + 2 * 3  # held, minus stacks cut by the ring
     oldest = buffer.t - buffer.slots + 1
     for k, (e, t) in enumerate(zip(env_idx, steps, strict=True)):
         o, a, r, no, term, trunc = truth[(e, t)]  # KeyError would mean a reset step was stored

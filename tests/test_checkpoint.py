@@ -262,3 +262,31 @@ def test_bad_resume_input(script, workdir):
         assert len(errors) == 1 and needle in errors[0], (flags, proc.stderr)
         assert not (workdir / "runs").exists()
         assert not (workdir / "PWNED").exists()
+
+
+@pytest.mark.parametrize("script", ["dqn.py", "c51.py"])
+def test_value_based_sigterm_then_resume(script, workdir):
+    total = 30000
+    common = ["--total-timesteps", str(total), "--learning-starts", "1000", "--run-name", "q",
+              "--checkpoint-frequency", "1000"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / script), *common],
+        cwd=workdir, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    ckpt_dir = workdir / "runs" / "q" / "checkpoints"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and len(list(ckpt_dir.glob("ckpt_*.pt"))) < 2:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == ckpt.EXIT_PREEMPTED, out[-3000:]
+    stopped = ckpt.latest_checkpoint(str(workdir / "runs" / "q"), script[:-3])
+    assert 0 < stopped["global_step"] < total and {"q_network", "target_network", "optimizer"} <= set(stopped)
+
+    resumed = run_script(script, [*common, "--resume", "auto"], workdir)
+    check_ok(resumed)
+    assert "resumed from" in resumed.stdout
+    assert ckpt.latest_checkpoint(str(workdir / "runs" / "q"), script[:-3])["global_step"] == total
+    steps = [s for s, _ in read_scalars(workdir / "runs" / "q")["charts/SPS"]]
+    assert steps == sorted(set(steps)), "a step was logged twice"
