@@ -156,8 +156,9 @@ class AtariFrameBuffer:
         need_from = np.maximum(steps - self.stack + 1, self.episode_start[env_idx, slot_idx])
         return self.has_next[env_idx, slot_idx] & (steps >= oldest) & (steps < self.t) & (need_from >= oldest)
 
-    def _stacks(self, env_idx, abs_steps, episode_starts):
-        offsets = np.arange(-self.stack + 1, 1)
+    def _stacks(self, env_idx, abs_steps, episode_starts, length=None):
+        """The ``length`` (default ``stack``) newest frames up to ``abs_steps``, padded at the episode start."""
+        offsets = np.arange(-(length or self.stack) + 1, 1)
         steps = np.maximum(abs_steps[:, None] + offsets[None, :], episode_starts[:, None])
         return self.frames[env_idx[:, None], steps % self.slots]
 
@@ -180,8 +181,10 @@ class AtariFrameBuffer:
         slot_idx = np.concatenate(slot_parts)[:batch_size]
         abs_steps = self._slot_steps(slot_idx)
         starts = self.episode_start[env_idx, slot_idx]
-        obs = self._stacks(env_idx, abs_steps, starts)
-        next_obs = self._stacks(env_idx, abs_steps + 1, starts)  # same episode: the transition is real
+        # One window of stack + 1 frames serves both: obs is its start, next_obs its end (the same
+        # episode, since the transition is real), so each frame is gathered once.
+        window = self._stacks(env_idx, abs_steps + 1, starts, length=self.stack + 1)
+        obs, next_obs = window[:, :-1], window[:, 1:]
         return _to_batch(
             obs, self.actions[env_idx, slot_idx], self.rewards[env_idx, slot_idx], next_obs,
             self.terminations[env_idx, slot_idx], self.truncations[env_idx, slot_idx], device,

@@ -121,3 +121,23 @@ def test_replay_buffer_skips_reset_steps_and_keeps_flags():
             assert not np.allclose(v[3], 0)
     batch = buffer.sample(8, np.random.default_rng(0))
     assert batch.observations.shape == (8, 4) and batch.terminations.dtype.is_floating_point
+
+
+def test_sampled_batches_match_the_env():
+    envs = gym.vector.SyncVectorEnv([atari_thunk(29)])
+    buffer = AtariFrameBuffer(capacity=150, num_envs=1)
+    truth = record(envs, 200, buffer, seed=3)
+    envs.close()
+    # Identical stacks can recur (e.g. right after resets), so match a sample against every step with that stack.
+    by_obs = {}
+    for o, a, r, no, term, _ in truth.values():
+        by_obs.setdefault(o.tobytes(), set()).add((no.tobytes(), int(a), float(r), float(term)))
+    batch = buffer.sample(64, np.random.default_rng(1))
+    for k in range(64):
+        sampled = (
+            batch.next_observations[k].numpy().tobytes(),
+            int(batch.actions[k]),
+            float(batch.rewards[k]),
+            float(batch.terminations[k]),
+        )
+        assert sampled in by_obs[batch.observations[k].numpy().tobytes()]
