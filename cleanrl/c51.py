@@ -77,6 +77,8 @@ class Args:
     """how many of the newest checkpoints to keep"""
     resume: str | None = None
     """resume from a checkpoint file, or `auto`: the newest checkpoint of --run-name (fresh start if none)"""
+    checkpoint_buffer: bool = False
+    """also store the replay buffer in checkpoints (as large as the buffer itself)"""
     eval_episodes: int = 10
     """episodes of evaluation after --save-model"""
     eval_epsilon: float = 0.05
@@ -302,6 +304,8 @@ if __name__ == "__main__":
 
     rb = ReplayBuffer(args.buffer_size, args.num_envs, envs.single_observation_space.shape)
 
+    if args.checkpoint_buffer:
+        print(f"warning: --checkpoint-buffer adds up to {rb.nbytes / 2**30:.2f} GiB to every checkpoint", flush=True)
     global_step, start_iteration = 0, 1
     if resume_state is not None:
         q_network.load_state_dict(resume_state["q_network"])
@@ -309,7 +313,9 @@ if __name__ == "__main__":
         optimizer.load_state_dict(resume_state["optimizer"])
         set_rng_state(resume_state["rng"][0])
         global_step, start_iteration = resume_state["global_step"], resume_state["iteration"] + 1
-        # The replay buffer is not checkpointed: learning waits until it holds a batch again.
+        if "replay_buffer" in resume_state:
+            rb.load_state_dict(resume_state["replay_buffer"])
+        # Without --checkpoint-buffer the buffer starts empty: learning waits until it holds a batch again.
         print(f"resumed from {resume_state['path']} at global_step={global_step}", flush=True)
 
     def write_checkpoint(iteration, step):
@@ -324,6 +330,7 @@ if __name__ == "__main__":
                 "target_network": target_network.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "rng": [rng_state()],
+                **({"replay_buffer": rb.state_dict()} if args.checkpoint_buffer else {}),
             },
             run_dir,
             keep=args.keep_checkpoints,

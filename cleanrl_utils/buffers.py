@@ -69,6 +69,24 @@ class ReplayBuffer:
             self.terminations[idx], self.truncations[idx], device,
         )  # fmt: skip
 
+    _STATE = ("observations", "next_observations", "actions", "rewards", "terminations", "truncations",
+              "_in_reset_step")  # fmt: skip
+
+    def state_dict(self) -> dict:
+        """Contents as tensors (loadable with ``torch.load(weights_only=True)``) for a checkpoint."""
+        state = {name: torch.from_numpy(getattr(self, name)[: self.size].copy()) for name in self._STATE[:-1]}
+        state.update(pos=self.pos, size=self.size, in_reset_step=torch.from_numpy(self._in_reset_step.copy()))
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        n = min(int(state["size"]), self.capacity)
+        for name in self._STATE[:-1]:
+            getattr(self, name)[:n] = state[name][:n].numpy()
+        # Same capacity: continue overwriting where the saved buffer would have; else after the restored rows.
+        self.size = n
+        self.pos = int(state["pos"]) % self.capacity if n == self.capacity else n % self.capacity
+        self._in_reset_step = state["in_reset_step"].numpy().copy()
+
     @property
     def nbytes(self) -> int:
         arrays = (self.observations, self.next_observations, self.actions, self.rewards)
@@ -189,6 +207,27 @@ class AtariFrameBuffer:
             obs, self.actions[env_idx, slot_idx], self.rewards[env_idx, slot_idx], next_obs,
             self.terminations[env_idx, slot_idx], self.truncations[env_idx, slot_idx], device,
         )  # fmt: skip
+
+    _ARRAYS = ("frames", "actions", "rewards", "terminations", "truncations", "has_next", "episode_start")
+
+    def state_dict(self) -> dict:
+        """Contents as tensors (loadable with ``torch.load(weights_only=True)``) for a checkpoint."""
+        state = {name: torch.from_numpy(getattr(self, name).copy()) for name in self._ARRAYS}
+        state.update(
+            t=self.t,
+            started=self.started,
+            count=self._count,
+            in_reset_step=torch.from_numpy(self._in_reset_step.copy()),
+        )
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        if tuple(state["frames"].shape) != self.frames.shape:
+            raise ValueError(f"the saved buffer has shape {tuple(state['frames'].shape)}, this one {self.frames.shape}")
+        for name in self._ARRAYS:
+            getattr(self, name)[...] = state[name].numpy()
+        self.t, self.started, self._count = int(state["t"]), bool(state["started"]), int(state["count"])
+        self._in_reset_step = state["in_reset_step"].numpy().copy()
 
     @property
     def nbytes(self) -> int:

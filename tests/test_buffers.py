@@ -141,3 +141,29 @@ def test_sampled_batches_match_the_env():
             float(batch.terminations[k]),
         )
         assert sampled in by_obs[batch.observations[k].numpy().tobytes()]
+
+
+def test_buffer_state_round_trip_through_a_checkpoint_file(tmp_path):
+    import torch
+
+    envs = gym.vector.SyncVectorEnv([atari_thunk(31), atari_thunk(17)])
+    buffer = AtariFrameBuffer(capacity=2 * 60, num_envs=2)
+    record(envs, 90, buffer)
+    torch.save(buffer.state_dict(), tmp_path / "b.pt")
+    restored = AtariFrameBuffer(capacity=2 * 60, num_envs=2)
+    restored.load_state_dict(torch.load(tmp_path / "b.pt", weights_only=True))
+    a = buffer.sample(16, np.random.default_rng(5))
+    b = restored.sample(16, np.random.default_rng(5))
+    assert torch.equal(a.observations, b.observations) and torch.equal(a.next_observations, b.next_observations)
+    assert restored.size == buffer.size
+
+    flat = ReplayBuffer(capacity=50, num_envs=2, obs_shape=(4,))
+    cartpole = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=15)] * 2)
+    record(cartpole, 20, flat)
+    cartpole.close()
+    torch.save(flat.state_dict(), tmp_path / "f.pt")
+    flat2 = ReplayBuffer(capacity=50, num_envs=2, obs_shape=(4,))
+    flat2.load_state_dict(torch.load(tmp_path / "f.pt", weights_only=True))
+    assert flat2.size == flat.size
+    np.testing.assert_array_equal(flat2.observations[: flat.size], flat.observations[: flat.size])
+    envs.close()

@@ -264,11 +264,11 @@ def test_bad_resume_input(script, workdir):
         assert not (workdir / "PWNED").exists()
 
 
-@pytest.mark.parametrize("script", ["dqn.py", "c51.py"])
-def test_value_based_sigterm_then_resume(script, workdir):
+@pytest.mark.parametrize("script,extra", [("dqn.py", []), ("c51.py", ["--checkpoint-buffer"])])
+def test_value_based_sigterm_then_resume(script, extra, workdir):
     total = 30000
     common = ["--total-timesteps", str(total), "--learning-starts", "1000", "--run-name", "q",
-              "--checkpoint-frequency", "1000"]  # fmt: skip
+              "--checkpoint-frequency", "1000", *extra]  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, str(SCRIPTS / script), *common],
         cwd=workdir, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -283,6 +283,11 @@ def test_value_based_sigterm_then_resume(script, workdir):
     assert proc.returncode == ckpt.EXIT_PREEMPTED, out[-3000:]
     stopped = ckpt.latest_checkpoint(str(workdir / "runs" / "q"), script[:-3])
     assert 0 < stopped["global_step"] < total and {"q_network", "target_network", "optimizer"} <= set(stopped)
+    if extra:  # the replay buffer travels with the checkpoint
+        # every step but the reset steps after episode ends (CartPole's early episodes are short)
+        assert 0.8 * stopped["global_step"] < stopped["replay_buffer"]["size"] < stopped["global_step"]
+    else:
+        assert "replay_buffer" not in stopped
 
     resumed = run_script(script, [*common, "--resume", "auto"], workdir)
     check_ok(resumed)
