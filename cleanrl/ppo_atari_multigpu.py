@@ -63,7 +63,7 @@ from cleanrl_utils.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from cleanrl_utils.distributed import torch_threads_per_process
+from cleanrl_utils.distributed import init_process_group, torch_threads_per_process
 from cleanrl_utils.io import atomic_torch_save
 
 
@@ -383,7 +383,7 @@ if __name__ == "__main__":
     threads, threads_reason = torch_threads_per_process(local_world_size, args.torch_threads)
     torch.set_num_threads(threads)
     if distributed:
-        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=args.dist_timeout))
+        init_process_group(backend, datetime.timedelta(seconds=args.dist_timeout))
     elif rank == 0:
         print("note: one process, no process group; launch with `torchrun --nproc_per_node=N` for data parallelism")
 

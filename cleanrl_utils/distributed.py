@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 
 
@@ -47,3 +48,26 @@ def torch_threads_per_process(local_world_size: int, requested: int = 0) -> tupl
             pass
     cores = available_cores()
     return max(1, cores // max(1, local_world_size)), f"{cores} cores / {local_world_size} local processes"
+
+
+def init_process_group(backend: str, timeout: datetime.timedelta) -> None:
+    """``torch.distributed.init_process_group`` that survives torchrun restarts of the worker group.
+
+    Under torchrun the workers share the agent's TCPStore across restarts of the group. Seen here
+    (torch 2.13, gloo, a loaded 2-core machine): after ``--max-restarts`` relaunched the group, a
+    rank could read the address its peer had published in the *previous* attempt and fail with
+    "connectFullMesh ... Connection refused" on every restart. Keys under a per-attempt prefix
+    cannot be stale.
+    """
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        dist.init_process_group(backend=backend, timeout=timeout)
+        return
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
+    )
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.PrefixStore(f"cleanrl/attempt_{attempt}", store)
+    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
