@@ -34,6 +34,17 @@ CASES = [
     ("ppo_continuous_action.py", ["--env-id", "CartPole-v1"], "Box"),
     ("ppo_continuous_action.py", ["--num-minibatches", "3"], "divisible"),
     ("ppo_continuous_action.py", ["--total-timesteps", "-1"], "positive"),
+    ("ddpg_continuous_action.py", ["--env-id", "NoSuchEnv-v9"], "unknown"),
+    ("ddpg_continuous_action.py", ["--env-id", "CartPole-v1"], "Box"),
+    ("td3_continuous_action.py", ["--env-id", "CartPole-v1"], "Box"),
+    ("td3_continuous_action.py", ["--noise-clip", "-1"], "--noise-clip"),
+    ("td3_continuous_action.py", ["--policy-frequency", "0"], "positive"),
+    ("sac_continuous_action.py", ["--env-id", "CartPole-v1"], "Box"),
+    ("sac_continuous_action.py", ["--tau", "0"], "--tau"),
+    ("sac_continuous_action.py", ["--total-timesteps", "0"], "positive"),
+    ("sac_atari.py", ["--env-id", "Pendulum-v1"], "Atari"),
+    ("sac_atari.py", ["--target-entropy-scale", "1.5"], "--target-entropy-scale"),
+    ("sac_atari.py", ["--buffer-size", "100000000000"], "GiB"),
 ]
 
 
