@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 
@@ -163,3 +164,30 @@ def test_bad_input_is_one_error_line(argv, env, message):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+
+
+def test_dockerfile_uses_the_launcher_and_copies_only_what_exists():
+    # No Docker engine runs here: check what can be checked without building.
+    text = (REPO / "Dockerfile").read_text()
+    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line and line[0] != "#"}
+    assert 'ENTRYPOINT ["python", "-m", "cleanrl_utils.launch"]' in text
+    assert {"FROM ${CUDA_IMAGE} AS base-cuda", "FROM ${CPU_IMAGE} AS base-cpu", "FROM base-${BASE}"} <= set(
+        text.splitlines()
+    )
+    assert "ARG BASE=cuda" in text
+    for line in text.splitlines():
+        if line.startswith("COPY "):
+            *sources, _ = line.split()[1:]
+            for source in sources:
+                assert (REPO / source).exists(), source
+                assert source.rstrip("/") not in ignored, f"{source} is excluded by .dockerignore"
+    extras = re.search(r'ARG EXTRAS="([^"]*)"', text).group(1).split()
+    for extra in extras:
+        assert (REPO / "requirements" / f"requirements-{extra}.txt").is_file(), extra
+    assert "runs" in ignored and ".git" in ignored
+
+
+@pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint is not installed")
+def test_dockerfile_passes_hadolint():
+    proc = subprocess.run(["hadolint", str(REPO / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
