@@ -142,9 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def torchrun_args(argv: list[str], env: dict[str, str]) -> tuple[list[str], Topology]:
     """The full argument vector (``python -m torch.distributed.run ...``) for this node."""
-    if "--" not in argv:
+    if "--" not in argv and not {"-h", "--help"} & set(argv):
         raise LaunchError("give the script after `--`: python -m cleanrl_utils.launch -- cleanrl/ppo.py [flags]")
-    split = argv.index("--")
+    split = argv.index("--") if "--" in argv else len(argv)
     args = build_parser().parse_args(argv[:split])
     script, *flags = argv[split + 1 :] or [""]
     if not script.endswith(".py"):

@@ -476,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ok = wait_for(client, jobs, args.poll_seconds)
     write_manifest(manifest, manifest_payload(args, shape, queue, definition_arn, jobs))
+    for job in jobs:
+        if job.status != "SUCCEEDED":
+            print(f"  {job.name}: {job.status} ({job.extra.get('status_reason', 'no reason given')})")
     print("all jobs succeeded" if ok else "some jobs did not succeed")
     return 0 if ok else 1
 
