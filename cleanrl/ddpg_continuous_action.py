@@ -45,7 +45,9 @@ from cleanrl_utils.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from cleanrl_utils.evals import evaluate
 from cleanrl_utils.io import atomic_torch_save
+from cleanrl_utils.progress import Progress
 
 
 @dataclass
@@ -69,7 +71,7 @@ class Args:
     save_model: bool = False
     """whether to save the model to `runs/<run_name>/<exp_name>.cleanrl_model` and evaluate it"""
     upload_model: bool = False
-    """whether to upload the saved model to the Hugging Face Hub (not available yet)"""
+    """whether to upload the saved model, its evaluation and video to the Hugging Face Hub (needs --save-model)"""
     hf_entity: str = ""
     """the user or org name of the model repository on the Hugging Face Hub"""
     run_name: str | None = None
@@ -135,8 +137,8 @@ def validate(args: Args) -> None:
         fail("--exploration-noise must be >= 0")
     if args.num_iterations < 1:
         fail(f"--total-timesteps {args.total_timesteps} is less than one step of the {args.num_envs} envs")
-    if args.upload_model:
-        fail("--upload-model is not available yet in this version; use --save-model")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the saved model: add --save-model")
     try:
         env = gym.make(args.env_id)
     except (gym.error.Error, ImportError) as e:
@@ -203,25 +205,12 @@ class Actor(nn.Module):
         return x * self.action_scale + self.action_bias
 
 
-def evaluate(actor, env_id, episodes, seed, device, capture_video=False, run_name=""):
-    """Run ``episodes`` episodes with the deterministic actor (no exploration noise); return their returns."""
-    envs = gym.vector.SyncVectorEnv([make_env(env_id, 0, capture_video, f"{run_name}-eval")])
-    low, high = envs.single_action_space.low, envs.single_action_space.high
-    obs, _ = envs.reset(seed=seed)
-    returns = []
-    while len(returns) < episodes:
-        with torch.no_grad():
-            actions = actor(torch.Tensor(obs).to(device)).cpu().numpy()
-        obs, _, _, _, infos = envs.step(np.clip(actions, low, high))
-        if "episode" in infos:
-            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
-    envs.close()
-    return returns[:episodes]
-
-
 if __name__ == "__main__":
     args = tyro.cli(Args)
     args.num_iterations = args.total_timesteps // args.num_envs
+    if args.capture_video and sys.platform.startswith("linux"):
+        # MuJoCo renders offscreen through EGL on a headless Linux box; it reads this on import.
+        os.environ.setdefault("MUJOCO_GL", "egl")
     validate(args)
     script = os.path.basename(__file__)[: -len(".py")]
     try:
@@ -328,7 +317,7 @@ if __name__ == "__main__":
 
     stop = StopRequest().install()
     start_time, start_step = time.time(), global_step
-    last_print = start_time
+    progress = Progress(args.total_timesteps, start_step=global_step)
     actor_loss = None  # the actor trains only every --policy-frequency critic updates
     # Emulator states are not checkpointed: a resumed run starts new episodes, seeded apart from the first ones.
     obs, _ = envs.reset(seed=args.seed + global_step)
@@ -350,8 +339,10 @@ if __name__ == "__main__":
         if "episode" in infos:
             for i in np.nonzero(infos["_episode"])[0]:
                 writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                progress.episode(infos["episode"]["r"][i])
                 writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
 
+        progress.update(global_step)
         rb.add(obs, actions, rewards, terminations, truncations, next_obs)
         obs = next_obs
 
@@ -392,9 +383,6 @@ if __name__ == "__main__":
                     if actor_loss is not None:
                         writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
                     writer.add_scalar("charts/SPS", sps, global_step)
-                    if time.time() - last_print > 5:
-                        last_print = time.time()
-                        print(f"global_step={global_step}/{args.total_timesteps} SPS={sps}", flush=True)
 
         crossed = global_step // max(args.checkpoint_frequency, 1) != previous_step // max(args.checkpoint_frequency, 1)
         if args.checkpoint_frequency > 0 and crossed and not stop.requested:
@@ -413,6 +401,7 @@ if __name__ == "__main__":
     if args.checkpoint_frequency > 0:
         write_checkpoint(iteration, global_step)  # the final state: a retry of a finished run has nothing to do
 
+    progress.close()
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         atomic_torch_save(
@@ -426,7 +415,17 @@ if __name__ == "__main__":
             model_path,
         )
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(actor, args.env_id, args.eval_episodes, args.seed + 100_000, device)
+        episodic_returns = evaluate(
+            model_path,
+            make_env,
+            args.env_id,
+            args.eval_episodes,
+            f"{run_name}-eval",
+            Actor,
+            device,
+            capture_video=args.capture_video,
+            seed=args.seed + 100_000,
+        )
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
         print(f"evaluation over {len(episodic_returns)} episodes: mean return {np.mean(episodic_returns):.1f}")
@@ -435,3 +434,7 @@ if __name__ == "__main__":
     writer.close()
     if args.track:
         wandb.finish()
+    if args.upload_model:
+        from cleanrl_utils.huggingface import push_run
+
+        push_run(args, run_name, model_path, episodic_returns, __file__)

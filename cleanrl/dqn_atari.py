@@ -57,7 +57,9 @@ from cleanrl_utils.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from cleanrl_utils.evals import evaluate
 from cleanrl_utils.io import atomic_torch_save
+from cleanrl_utils.progress import Progress
 
 
 @dataclass
@@ -81,7 +83,7 @@ class Args:
     save_model: bool = False
     """whether to save the model to `runs/<run_name>/<exp_name>.cleanrl_model` and evaluate it"""
     upload_model: bool = False
-    """whether to upload the saved model to the Hugging Face Hub (not available yet)"""
+    """whether to upload the saved model, its evaluation and video to the Hugging Face Hub (needs --save-model)"""
     hf_entity: str = ""
     """the user or org name of the model repository on the Hugging Face Hub"""
     run_name: str | None = None
@@ -151,8 +153,8 @@ def validate(args: Args) -> None:
         fail("--tau and --gamma must be in (0, 1]")
     if args.num_iterations < 1:
         fail(f"--total-timesteps {args.total_timesteps} is less than one step of the {args.num_envs} envs")
-    if args.upload_model:
-        fail("--upload-model is not available yet in this version; use --save-model")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the saved model: add --save-model")
     if args.buffer_size < args.num_envs * 6:
         fail(f"--buffer-size {args.buffer_size} is too small for {args.num_envs} envs (at least 6 frames per env)")
     buffer_bytes = args.buffer_size * 7075
@@ -222,25 +224,6 @@ class QNetwork(nn.Module):
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int):
     slope = (end_e - start_e) / max(duration, 1)
     return max(slope * t + start_e, end_e)
-
-
-def evaluate(q_network, env_id, episodes, epsilon, seed, device, capture_video=False, run_name=""):
-    """Run ``episodes`` epsilon-greedy episodes with the trained network; return their returns."""
-    envs = gym.vector.AsyncVectorEnv([make_env(env_id, 0, capture_video, f"{run_name}-eval")], shared_memory=True)
-    envs.action_space.seed(seed)
-    obs, _ = envs.reset(seed=seed)
-    returns = []
-    while len(returns) < episodes:
-        if random.random() < epsilon:
-            actions = envs.action_space.sample()
-        else:
-            with torch.no_grad():
-                actions = q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
-        obs, _, _, _, infos = envs.step(actions)
-        if "episode" in infos:
-            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
-    envs.close()
-    return returns[:episodes]
 
 
 if __name__ == "__main__":
@@ -341,7 +324,7 @@ if __name__ == "__main__":
 
     stop = StopRequest().install()
     start_time, start_step = time.time(), global_step
-    last_print = start_time
+    progress = Progress(args.total_timesteps, start_step=global_step)
     num_updates = 0
     # Emulator states are not checkpointed: a resumed run starts new episodes, seeded apart from the first ones.
     obs, _ = envs.reset(seed=args.seed + global_step)
@@ -363,8 +346,10 @@ if __name__ == "__main__":
         if "episode" in infos:
             for i in np.nonzero(infos["_episode"])[0]:
                 writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                progress.episode(infos["episode"]["r"][i])
                 writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
 
+        progress.update(global_step)
         rb.add(obs, actions, rewards, terminations, truncations, next_obs)
         obs = next_obs
 
@@ -390,9 +375,6 @@ if __name__ == "__main__":
                     writer.add_scalar("losses/td_loss", loss.item(), global_step)
                     writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
                     writer.add_scalar("charts/SPS", sps, global_step)
-                    if time.time() - last_print > 5:
-                        last_print = time.time()
-                        print(f"global_step={global_step}/{args.total_timesteps} SPS={sps}", flush=True)
 
             # update target network
             if global_step // args.target_network_frequency != previous_step // args.target_network_frequency:
@@ -416,6 +398,7 @@ if __name__ == "__main__":
     if args.checkpoint_frequency > 0:
         write_checkpoint(iteration, global_step)  # the final state: a retry of a finished run has nothing to do
 
+    progress.close()
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         atomic_torch_save(
@@ -424,7 +407,16 @@ if __name__ == "__main__":
         )
         print(f"model saved to {model_path}")
         episodic_returns = evaluate(
-            q_network, args.env_id, args.eval_episodes, args.eval_epsilon, args.seed + 100_000, device
+            model_path,
+            make_env,
+            args.env_id,
+            args.eval_episodes,
+            f"{run_name}-eval",
+            QNetwork,
+            device,
+            capture_video=args.capture_video,
+            epsilon=args.eval_epsilon,
+            seed=args.seed + 100_000,
         )
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
@@ -434,3 +426,7 @@ if __name__ == "__main__":
     writer.close()
     if args.track:
         wandb.finish()
+    if args.upload_model:
+        from cleanrl_utils.huggingface import push_run
+
+        push_run(args, run_name, model_path, episodic_returns, __file__)

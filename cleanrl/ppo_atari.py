@@ -53,7 +53,9 @@ from cleanrl_utils.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from cleanrl_utils.evals import evaluate
 from cleanrl_utils.io import atomic_torch_save
+from cleanrl_utils.progress import Progress
 
 
 @dataclass
@@ -75,9 +77,11 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (env 0, `videos/<run_name>`)"""
     save_model: bool = False
-    """whether to save the model to `runs/<run_name>/<exp_name>.cleanrl_model`"""
+    """whether to save the model to `runs/<run_name>/<exp_name>.cleanrl_model` and evaluate it"""
+    eval_episodes: int = 10
+    """episodes of evaluation after --save-model (actions sampled from the policy)"""
     upload_model: bool = False
-    """whether to upload the saved model to the Hugging Face Hub (not available yet)"""
+    """whether to upload the saved model, its evaluation and video to the Hugging Face Hub (needs --save-model)"""
     hf_entity: str = ""
     """the user or org name of the model repository on the Hugging Face Hub"""
     run_name: str | None = None
@@ -141,7 +145,7 @@ def fail(message: str) -> None:
 
 
 def validate(args: Args) -> None:
-    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"):
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if not 0.0 < args.gamma <= 1.0 or not 0.0 <= args.gae_lambda <= 1.0:
@@ -155,8 +159,8 @@ def validate(args: Args) -> None:
         fail(
             f"--total-timesteps {args.total_timesteps} is less than one rollout (num_envs * num_steps = {args.batch_size})"
         )
-    if args.upload_model:
-        fail("--upload-model is not available yet in this version; use --save-model")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the saved model: add --save-model")
     if args.checkpoint_frequency < 0 or args.keep_checkpoints < 1:
         fail("--checkpoint-frequency must be >= 0 and --keep-checkpoints >= 1")
     gym.register_envs(ale_py)
@@ -363,7 +367,7 @@ if __name__ == "__main__":
     # TRY NOT TO MODIFY: start the game
     start_time = time.time()
     start_step = global_step
-    last_print = start_time
+    progress = Progress(args.total_timesteps, start_step=global_step)
     # Emulator states are not checkpointed: a resumed run starts new episodes, seeded apart from the first ones.
     next_obs, _ = envs.reset(seed=args.seed + global_step)
     next_obs = torch.as_tensor(next_obs, device=device)
@@ -404,6 +408,7 @@ if __name__ == "__main__":
                 episode = infos["final_info"]["episode"]
                 for i in np.nonzero(infos["final_info"]["_episode"])[0]:
                     writer.add_scalar("charts/episodic_return", episode["r"][i], global_step)
+                    progress.episode(episode["r"][i])
                     writer.add_scalar("charts/episodic_length", episode["l"][i], global_step)
             if stop.requested:
                 break  # the partial rollout is dropped; the checkpoint is the last whole iteration
@@ -496,9 +501,7 @@ if __name__ == "__main__":
         writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
-        if time.time() - last_print > 5 or iteration == args.num_iterations:
-            last_print = time.time()
-            print(f"global_step={global_step}/{args.total_timesteps} SPS={sps}", flush=True)
+        progress.update(global_step)
 
         if not all(torch.isfinite(p).all() for p in agent.parameters()):
             exit_non_finite(global_step, iteration, run_dir, script)
@@ -519,6 +522,7 @@ if __name__ == "__main__":
     if args.checkpoint_frequency > 0 and completed_iteration % args.checkpoint_frequency != 0:
         write_checkpoint()  # the final state, so that a retry of a finished run has nothing left to do
 
+    progress.close()
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         atomic_torch_save(
@@ -526,8 +530,19 @@ if __name__ == "__main__":
             model_path,
         )
         print(f"model saved to {model_path}")
+        episodic_returns = evaluate(
+            model_path, make_env, args.env_id, args.eval_episodes, f"{run_name}-eval", Agent, device,
+            capture_video=args.capture_video, seed=args.seed + 100_000,
+        )  # fmt: skip
+        for idx, episodic_return in enumerate(episodic_returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+        print(f"evaluation over {len(episodic_returns)} episodes: mean return {np.mean(episodic_returns):.1f}")
 
     envs.close()
     writer.close()
     if args.track:
         wandb.finish()
+    if args.upload_model:
+        from cleanrl_utils.huggingface import push_run
+
+        push_run(args, run_name, model_path, episodic_returns, __file__)

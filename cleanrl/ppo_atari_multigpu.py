@@ -64,7 +64,9 @@ from cleanrl_utils.checkpoint import (
     set_rng_state,
 )
 from cleanrl_utils.distributed import init_process_group, torch_threads_per_process
+from cleanrl_utils.evals import evaluate
 from cleanrl_utils.io import atomic_torch_save
+from cleanrl_utils.progress import Progress
 
 
 @dataclass
@@ -86,9 +88,11 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (rank 0's env 0, `videos/<run_name>`)"""
     save_model: bool = False
-    """whether to save the model to `runs/<run_name>/<exp_name>.cleanrl_model` (rank 0)"""
+    """whether to save the model to `runs/<run_name>/<exp_name>.cleanrl_model` and evaluate it (rank 0)"""
+    eval_episodes: int = 10
+    """episodes of evaluation after --save-model (actions sampled from the policy)"""
     upload_model: bool = False
-    """whether to upload the saved model to the Hugging Face Hub (not available yet)"""
+    """whether to upload the saved model, its evaluation and video to the Hugging Face Hub (needs --save-model)"""
     hf_entity: str = ""
     """the user or org name of the model repository on the Hugging Face Hub"""
     run_name: str | None = None
@@ -192,7 +196,7 @@ def resolve_sizes(args: Args, world_size: int, rank: int) -> None:
 
 
 def validate(args: Args, rank: int, local_world_size: int) -> None:
-    for name in ("total_timesteps", "local_num_envs", "num_steps", "num_minibatches", "update_epochs"):
+    for name in ("total_timesteps", "local_num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}", rank)
     if not 0.0 < args.gamma <= 1.0 or not 0.0 <= args.gae_lambda <= 1.0:
@@ -209,8 +213,8 @@ def validate(args: Args, rank: int, local_world_size: int) -> None:
             f"(num_envs * num_steps = {args.batch_size})",
             rank,
         )
-    if args.upload_model:
-        fail("--upload-model is not available yet in this version; use --save-model", rank)
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the saved model: add --save-model", rank)
     if args.checkpoint_frequency < 0 or args.keep_checkpoints < 1:
         fail("--checkpoint-frequency must be >= 0 and --keep-checkpoints >= 1", rank)
     if args.dist_timeout <= 0:
@@ -539,7 +543,7 @@ if __name__ == "__main__":
     local_episodes = 0
     stop_now = False
     start_time, start_step = time.time(), global_step
-    last_print = start_time
+    progress = Progress(args.total_timesteps, start_step=global_step, enabled=rank == 0)
     next_obs, _ = envs.reset(seed=env_seed)
     next_obs = torch.as_tensor(next_obs, device=device)
 
@@ -684,6 +688,7 @@ if __name__ == "__main__":
         if rank == 0:
             for step_of_episode, episodic_return, episodic_length in sorted(e for f in all_finished for e in f):
                 writer.add_scalar("charts/episodic_return", episodic_return, step_of_episode)
+                progress.episode(episodic_return)
                 writer.add_scalar("charts/episodic_length", episodic_length, step_of_episode)
             v_loss_m, pg_loss_m, entropy_m, old_kl_m, kl_m, clipfrac_m, explained_var_m = stats.tolist()
             sps = int((global_step - start_step) / (time.time() - start_time))
@@ -696,9 +701,7 @@ if __name__ == "__main__":
             writer.add_scalar("losses/clipfrac", clipfrac_m, global_step)
             writer.add_scalar("losses/explained_variance", explained_var_m, global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
-            if time.time() - last_print > 5 or global_step + args.batch_size > args.total_timesteps:
-                last_print = time.time()
-                print(f"global_step={global_step}/{args.total_timesteps} SPS={sps}", flush=True)
+            progress.update(global_step)
 
         # Parameters are identical over ranks, so all ranks take the same decision.
         if not all(torch.isfinite(p).all() for p in agent.parameters()):
@@ -728,6 +731,7 @@ if __name__ == "__main__":
     if args.checkpoint_frequency > 0 and completed_iteration % args.checkpoint_frequency != 0:
         write_checkpoint()  # the final state, so that a retry of a finished run has nothing left to do
 
+    progress.close()
     if args.save_model and rank == 0:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         atomic_torch_save(
@@ -740,6 +744,13 @@ if __name__ == "__main__":
             model_path,
         )
         print(f"model saved to {model_path}")
+        episodic_returns = evaluate(
+            model_path, make_env, args.env_id, args.eval_episodes, f"{run_name}-eval", Agent, device,
+            capture_video=args.capture_video, seed=args.seed + 100_000,
+        )  # fmt: skip
+        for idx, episodic_return in enumerate(episodic_returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+        print(f"evaluation over {len(episodic_returns)} episodes: mean return {np.mean(episodic_returns):.1f}")
 
     # One line per rank; identical checksums show that all processes hold the same parameters.
     print(
@@ -753,3 +764,7 @@ if __name__ == "__main__":
         wandb.finish()
     if distributed:
         dist.destroy_process_group()
+    if args.upload_model and rank == 0:
+        from cleanrl_utils.huggingface import push_run
+
+        push_run(args, run_name, model_path, episodic_returns, __file__)

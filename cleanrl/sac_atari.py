@@ -60,7 +60,9 @@ from cleanrl_utils.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from cleanrl_utils.evals import evaluate
 from cleanrl_utils.io import atomic_torch_save
+from cleanrl_utils.progress import Progress
 
 
 @dataclass
@@ -84,7 +86,7 @@ class Args:
     save_model: bool = False
     """whether to save the model to `runs/<run_name>/<exp_name>.cleanrl_model` and evaluate it"""
     upload_model: bool = False
-    """whether to upload the saved model to the Hugging Face Hub (not available yet)"""
+    """whether to upload the saved model, its evaluation and video to the Hugging Face Hub (needs --save-model)"""
     hf_entity: str = ""
     """the user or org name of the model repository on the Hugging Face Hub"""
     run_name: str | None = None
@@ -156,8 +158,8 @@ def validate(args: Args) -> None:
         fail("--target-entropy-scale must be in (0, 1): 1 would ask for the uniform policy")
     if args.num_iterations < 1:
         fail(f"--total-timesteps {args.total_timesteps} is less than one step of the {args.num_envs} envs")
-    if args.upload_model:
-        fail("--upload-model is not available yet in this version; use --save-model")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the saved model: add --save-model")
     if args.buffer_size < args.num_envs * 6:
         fail(f"--buffer-size {args.buffer_size} is too small for {args.num_envs} envs (at least 6 frames per env)")
     buffer_bytes = args.buffer_size * 7075
@@ -249,21 +251,6 @@ class Actor(nn.Module):
         dist = torch.distributions.Categorical(logits=logits)
         # log_softmax rather than log(probs): exact where a probability underflows to 0.
         return dist.sample(), F.log_softmax(logits, dim=1), dist.probs
-
-
-def evaluate(actor, env_id, episodes, seed, device, capture_video=False, run_name=""):
-    """Run ``episodes`` episodes with actions sampled from the trained policy; return their returns."""
-    envs = gym.vector.AsyncVectorEnv([make_env(env_id, 0, capture_video, f"{run_name}-eval")], shared_memory=True)
-    obs, _ = envs.reset(seed=seed)
-    returns = []
-    while len(returns) < episodes:
-        with torch.no_grad():
-            actions = actor.get_action(torch.as_tensor(obs, device=device))[0].cpu().numpy()
-        obs, _, _, _, infos = envs.step(actions)
-        if "episode" in infos:
-            returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
-    envs.close()
-    return returns[:episodes]
 
 
 if __name__ == "__main__":
@@ -383,7 +370,7 @@ if __name__ == "__main__":
 
     stop = StopRequest().install()
     start_time, start_step = time.time(), global_step
-    last_print = start_time
+    progress = Progress(args.total_timesteps, start_step=global_step)
     # Emulator states are not checkpointed: a resumed run starts new episodes, seeded apart from the first ones.
     obs, _ = envs.reset(seed=args.seed + global_step)
     iteration = start_iteration - 1
@@ -401,8 +388,10 @@ if __name__ == "__main__":
         if "episode" in infos:
             for i in np.nonzero(infos["_episode"])[0]:
                 writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                progress.episode(infos["episode"]["r"][i])
                 writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
 
+        progress.update(global_step)
         rb.add(obs, actions, rewards, terminations, truncations, next_obs)
         obs = next_obs
 
@@ -462,9 +451,6 @@ if __name__ == "__main__":
                     if args.autotune:
                         writer.add_scalar("losses/alpha_loss", alpha_loss.item(), global_step)
                     writer.add_scalar("charts/SPS", sps, global_step)
-                    if time.time() - last_print > 5:
-                        last_print = time.time()
-                        print(f"global_step={global_step}/{args.total_timesteps} SPS={sps}", flush=True)
 
             # update the target networks
             if global_step // args.target_network_frequency != previous_step // args.target_network_frequency:
@@ -489,6 +475,7 @@ if __name__ == "__main__":
     if args.checkpoint_frequency > 0:
         write_checkpoint(iteration, global_step)  # the final state: a retry of a finished run has nothing to do
 
+    progress.close()
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         atomic_torch_save(
@@ -502,7 +489,17 @@ if __name__ == "__main__":
             model_path,
         )
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(actor, args.env_id, args.eval_episodes, args.seed + 100_000, device)
+        episodic_returns = evaluate(
+            model_path,
+            make_env,
+            args.env_id,
+            args.eval_episodes,
+            f"{run_name}-eval",
+            Actor,
+            device,
+            capture_video=args.capture_video,
+            seed=args.seed + 100_000,
+        )
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
         print(f"evaluation over {len(episodic_returns)} episodes: mean return {np.mean(episodic_returns):.1f}")
@@ -511,3 +508,7 @@ if __name__ == "__main__":
     writer.close()
     if args.track:
         wandb.finish()
+    if args.upload_model:
+        from cleanrl_utils.huggingface import push_run
+
+        push_run(args, run_name, model_path, episodic_returns, __file__)

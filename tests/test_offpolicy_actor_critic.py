@@ -173,3 +173,24 @@ def test_sigterm_checkpoint_then_resume(script, extra, workdir):
     assert ckpt.latest_checkpoint(str(workdir / "runs" / "r"), script[:-3])["global_step"] == total
     steps = [s for s, _ in read_scalars(workdir / "runs" / "r")["charts/SPS"]]
     assert steps == sorted(set(steps)), "a step was logged twice"
+
+
+LEARNING = {
+    "td3_continuous_action.py": (20_000, ["--learning-rate", "1e-3"]),
+    "sac_continuous_action.py": (20_000, []),
+    "ddpg_continuous_action.py": (30_000, ["--learning-rate", "1e-3"]),
+}
+
+
+@pytest.mark.parametrize("script", sorted(LEARNING))
+def test_learns_pendulum(script, workdir):
+    """A mean return >= -250 over 10 episodes within the budget, and still there at its end."""
+    budget, extra = LEARNING[script]
+    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", str(budget), "--hidden-size", "64",
+             "--batch-size", "128", "--learning-starts", "1000", *extra]  # fmt: skip
+    check_ok(run_script(script, flags, workdir, timeout=900))
+    returns = [v for _, v in read_scalars(only_run_dir(workdir))["charts/episodic_return"]]
+    assert len(returns) == (budget + 1) // 201  # 200-step episodes, each followed by a reset step
+    means = [np.mean(returns[i - 10 : i]) for i in range(10, len(returns) + 1)]
+    assert max(means) >= -250, f"best mean of 10 episodes {max(means):.1f}"
+    assert means[-1] >= -250, f"mean of the last 10 episodes {means[-1]:.1f}"
