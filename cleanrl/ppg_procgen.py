@@ -43,8 +43,10 @@ from cleanrl_utils.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from cleanrl_utils.evals import evaluate
 from cleanrl_utils.io import atomic_torch_save
 from cleanrl_utils.procgen import DISTRIBUTION_MODES, ENV_NAMES, game_name, make_procgen_env, procgen_unavailable_reason
+from cleanrl_utils.progress import Progress
 
 
 @dataclass
@@ -68,7 +70,7 @@ class Args:
     save_model: bool = False
     """whether to save the model to `runs/<run_name>/<exp_name>.cleanrl_model` and evaluate it"""
     upload_model: bool = False
-    """whether to upload the saved model to the Hugging Face Hub (not available yet)"""
+    """whether to upload the saved model, its evaluation and video to the Hugging Face Hub (needs --save-model)"""
     hf_entity: str = ""
     """the user or org name of the model repository on the Hugging Face Hub"""
     run_name: str | None = None
@@ -171,8 +173,8 @@ def validate(args: Args) -> None:
             f"--total-timesteps {args.total_timesteps} is less than one PPG phase "
             f"(n_iteration * num_envs * num_steps = {args.aux_batch_size})"
         )
-    if args.upload_model:
-        fail("--upload-model is not available yet in this version; use --save-model")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the saved model: add --save-model")
     if args.checkpoint_frequency < 0 or args.keep_checkpoints < 1:
         fail("--checkpoint-frequency must be >= 0 and --keep-checkpoints >= 1")
     if args.num_levels < 0 or args.start_level < 0:
@@ -303,22 +305,6 @@ def compute_gae(rewards, values, terminations, next_value, gamma, gae_lambda):
     return advantages, advantages + values
 
 
-def evaluate(agent, args, seed, device):
-    """The first episode of each of ``eval_episodes`` envs (so short episodes are not over-counted)."""
-    envs = make_env(args, args.eval_episodes, seed, evaluation=True)
-    obs, _ = envs.reset(seed=seed)
-    returns = np.full(args.eval_episodes, np.nan)
-    while np.isnan(returns).any():
-        with torch.no_grad():
-            action, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, device=device))
-        obs, _, _, _, infos = envs.step(action.cpu().numpy())
-        if "episode" in infos:
-            first = infos["_episode"] & np.isnan(returns)
-            returns[first] = infos["episode"]["r"][first]
-    envs.close()
-    return returns.tolist()
-
-
 if __name__ == "__main__":
     args = tyro.cli(Args)
     args.batch_size = int(args.num_envs * args.num_steps)
@@ -432,7 +418,7 @@ if __name__ == "__main__":
     # TRY NOT TO MODIFY: start the game
     start_time = time.time()
     start_step = global_step
-    last_print = start_time
+    progress = Progress(args.total_timesteps, start_step=global_step)
     next_obs, _ = envs.reset(seed=args.seed + global_step)
     next_obs = torch.as_tensor(next_obs, device=device)
 
@@ -455,6 +441,7 @@ if __name__ == "__main__":
                 if "episode" in infos:
                     for i in np.nonzero(infos["_episode"])[0]:
                         writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                        progress.episode(infos["episode"]["r"][i])
                         writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
                 if stop.requested:
                     break
@@ -516,9 +503,7 @@ if __name__ == "__main__":
             writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
             writer.add_scalar("losses/explained_variance", explained_var, global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
-            if time.time() - last_print > 5:
-                last_print = time.time()
-                print(f"global_step={global_step}/{args.num_phases * args.aux_batch_size} SPS={sps}", flush=True)
+            progress.update(global_step)
         if stop.requested:
             break
 
@@ -574,6 +559,7 @@ if __name__ == "__main__":
     if args.checkpoint_frequency > 0 and boundary["phase"] % args.checkpoint_frequency != 0:
         save_checkpoint(boundary, run_dir, keep=args.keep_checkpoints)  # a retry of a finished run does nothing
 
+    progress.close()
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         atomic_torch_save(
@@ -587,7 +573,10 @@ if __name__ == "__main__":
             model_path,
         )
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(agent, args, args.seed + 100_000, device)
+        episodic_returns = evaluate(
+            model_path, make_env, args.env_id, args.eval_episodes, f"{run_name}-eval", Agent, device,
+            capture_video=args.capture_video, seed=args.seed + 100_000,
+        )  # fmt: skip
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
         print(f"evaluation over {len(episodic_returns)} episodes: mean return {np.mean(episodic_returns):.1f}")
@@ -596,3 +585,7 @@ if __name__ == "__main__":
     writer.close()
     if args.track:
         wandb.finish()
+    if args.upload_model:
+        from cleanrl_utils.huggingface import push_run
+
+        push_run(args, run_name, model_path, episodic_returns, __file__)

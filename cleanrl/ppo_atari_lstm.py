@@ -54,7 +54,9 @@ from cleanrl_utils.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from cleanrl_utils.evals import evaluate
 from cleanrl_utils.io import atomic_torch_save
+from cleanrl_utils.progress import Progress
 
 
 @dataclass
@@ -78,7 +80,7 @@ class Args:
     save_model: bool = False
     """whether to save the model to `runs/<run_name>/<exp_name>.cleanrl_model` and evaluate it"""
     upload_model: bool = False
-    """whether to upload the saved model to the Hugging Face Hub (not available yet)"""
+    """whether to upload the saved model, its evaluation and video to the Hugging Face Hub (needs --save-model)"""
     hf_entity: str = ""
     """the user or org name of the model repository on the Hugging Face Hub"""
     run_name: str | None = None
@@ -161,8 +163,8 @@ def validate(args: Args) -> None:
         fail(
             f"--total-timesteps {args.total_timesteps} is less than one rollout (num_envs * num_steps = {args.batch_size})"
         )
-    if args.upload_model:
-        fail("--upload-model is not available yet in this version; use --save-model")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the saved model: add --save-model")
     if args.checkpoint_frequency < 0 or args.keep_checkpoints < 1:
         fail("--checkpoint-frequency must be >= 0 and --keep-checkpoints >= 1")
     gym.register_envs(ale_py)
@@ -293,30 +295,6 @@ def compute_gae(rewards, values, terminations, truncations, final_values, next_v
     return advantages, advantages + values
 
 
-def evaluate(agent, env_id, episodes, seed, device):
-    """The first whole game of each of ``episodes`` envs, sampling from the policy."""
-    envs = gym.vector.AsyncVectorEnv(
-        [make_env(env_id, i, False, "") for i in range(episodes)],
-        shared_memory=True,
-        autoreset_mode=AutoresetMode.SAME_STEP,
-    )
-    obs, _ = envs.reset(seed=seed)
-    lstm_state, done = agent.initial_state(episodes, device), torch.ones(episodes, device=device)
-    returns = np.full(episodes, np.nan)
-    while np.isnan(returns).any():
-        with torch.no_grad():
-            action, _, _, _, lstm_state = agent.get_action_and_value(
-                torch.as_tensor(obs, device=device), lstm_state, done
-            )
-        obs, _, terminated, truncated, infos = envs.step(action.cpu().numpy())
-        done = torch.as_tensor(terminated | truncated, dtype=torch.float32, device=device)
-        if "final_info" in infos and "episode" in infos["final_info"]:
-            first = infos["final_info"]["_episode"] & np.isnan(returns)
-            returns[first] = infos["final_info"]["episode"]["r"][first]
-    envs.close()
-    return returns.tolist()
-
-
 if __name__ == "__main__":
     args = tyro.cli(Args)
     args.batch_size = int(args.num_envs * args.num_steps)
@@ -417,7 +395,7 @@ if __name__ == "__main__":
     # TRY NOT TO MODIFY: start the game
     start_time = time.time()
     start_step = global_step
-    last_print = start_time
+    progress = Progress(args.total_timesteps, start_step=global_step)
     # Emulator and LSTM states are not checkpointed: a resumed run starts new episodes from a zero state.
     next_obs, _ = envs.reset(seed=args.seed + global_step)
     next_obs = torch.as_tensor(next_obs, device=device)
@@ -465,6 +443,7 @@ if __name__ == "__main__":
                 episode = infos["final_info"]["episode"]
                 for i in np.nonzero(infos["final_info"]["_episode"])[0]:
                     writer.add_scalar("charts/episodic_return", episode["r"][i], global_step)
+                    progress.episode(episode["r"][i])
                     writer.add_scalar("charts/episodic_length", episode["l"][i], global_step)
             if stop.requested:
                 break  # the partial rollout is dropped; the checkpoint is the last whole iteration
@@ -551,9 +530,7 @@ if __name__ == "__main__":
         writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
-        if time.time() - last_print > 5 or iteration == args.num_iterations:
-            last_print = time.time()
-            print(f"global_step={global_step}/{args.total_timesteps} SPS={sps}", flush=True)
+        progress.update(global_step)
 
         if not all(torch.isfinite(p).all() for p in agent.parameters()):
             exit_non_finite(global_step, iteration, run_dir, script)
@@ -574,6 +551,7 @@ if __name__ == "__main__":
     if args.checkpoint_frequency > 0 and completed_iteration % args.checkpoint_frequency != 0:
         write_checkpoint()  # the final state, so that a retry of a finished run has nothing left to do
 
+    progress.close()
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         atomic_torch_save(
@@ -581,7 +559,10 @@ if __name__ == "__main__":
             model_path,
         )
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(agent, args.env_id, args.eval_episodes, args.seed + 100_000, device)
+        episodic_returns = evaluate(
+            model_path, make_env, args.env_id, args.eval_episodes, f"{run_name}-eval", Agent, device,
+            capture_video=args.capture_video, seed=args.seed + 100_000,
+        )  # fmt: skip
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
         print(f"evaluation over {len(episodic_returns)} episodes: mean return {np.mean(episodic_returns):.1f}")
@@ -590,3 +571,7 @@ if __name__ == "__main__":
     writer.close()
     if args.track:
         wandb.finish()
+    if args.upload_model:
+        from cleanrl_utils.huggingface import push_run
+
+        push_run(args, run_name, model_path, episodic_returns, __file__)

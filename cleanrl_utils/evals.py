@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import random
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -55,6 +56,10 @@ _register("ppo_lstm", "Agent", ["ppo_atari_lstm"], lambda args: {"lstm_hidden_si
 _register("deterministic", "Actor", ["ddpg_continuous_action", "td3_continuous_action"], _hidden_size)
 _register("sac", "Actor", ["sac_continuous_action"], _hidden_size)
 _register("sac_discrete", "Actor", ["sac_atari"])
+
+
+# Scripts whose make_env(args, num_envs, seed, evaluation, video_folder) builds a whole vector env (procgen).
+VECTOR_MAKE_ENV = {"ppo_procgen", "ppg_procgen"}
 
 
 class ModelFileError(Exception):
@@ -157,12 +162,19 @@ def evaluate(
     """Play ``eval_episodes`` episodes of the saved model in one env and return their (unclipped) returns.
 
     ``make_env(env_id, idx, capture_video, run_name)`` is the script's env factory (a video of the
-    episodes goes to ``videos/<run_name>`` with ``capture_video``); ``Model`` its acting network
-    class. ``script`` (optional) refuses a model file that another script saved.
+    episodes goes to ``videos/<run_name>`` with ``capture_video``); for the procgen scripts it is
+    ``make_env(args, num_envs, seed, evaluation, video_folder)``, called with the saved flags and
+    evaluation levels (the full level distribution). ``Model`` is the acting network class.
+    ``script`` (optional) refuses a model file that another script saved.
     """
     saved = load_model_file(model_path, script)
     family = SCRIPTS[saved["script"]][0]
-    envs = gym.vector.SyncVectorEnv([make_env(env_id, 0, capture_video, run_name)])
+    if saved["script"] in VECTOR_MAKE_ENV:
+        env_args = types.SimpleNamespace(**{**saved["args"], "env_id": env_id})
+        video_folder = f"videos/{run_name}" if capture_video else None
+        envs = make_env(env_args, 1, seed, evaluation=True, video_folder=video_folder)
+    else:
+        envs = gym.vector.SyncVectorEnv([make_env(env_id, 0, capture_video, run_name)])
     try:
         envs.action_space.seed(seed)
         random.seed(seed)
@@ -171,14 +183,16 @@ def evaluate(
         act = _policy(family, model, saved, envs, epsilon, device)
         obs, _ = envs.reset(seed=seed)
         episode_starts = np.ones(1, dtype=np.bool_)
+        ended = np.zeros(1, dtype=np.bool_)
         returns: list[float] = []
         with torch.no_grad():
             while len(returns) < eval_episodes:
                 actions = act(obs, episode_starts)
                 obs, _, terminations, truncations, infos = envs.step(actions)
-                # Next-step autoreset: after an episode end the next call is the reset step, whose
-                # action is ignored; the recurrent policy starts its new episode at that observation.
-                episode_starts = np.logical_or(terminations, truncations)
+                # Next-step autoreset: the call after an episode end is the reset step (its action is
+                # ignored) and returns the first observation of the next episode, where a recurrent
+                # policy must start from a fresh state.
+                episode_starts, ended = ended, np.logical_or(terminations, truncations)
                 if "episode" in infos:
                     returns += [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
     finally:

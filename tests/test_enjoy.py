@@ -10,13 +10,18 @@ import imageio
 import pytest
 import torch
 
+from cleanrl_utils.procgen import procgen_unavailable_reason
 from conftest import REPO, check_ok, only_run_dir, read_scalars, run_script, script_env
+
+PROCGEN_UNAVAILABLE = procgen_unavailable_reason()
 
 ATARI_PPO = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1",
              "--total-timesteps", "64"]  # fmt: skip
 OFF_POLICY_ATARI = ["--learning-starts", "32", "--total-timesteps", "64", "--buffer-size", "1000"]
 OFF_POLICY_CONTINUOUS = ["--env-id", "Pendulum-v1", "--learning-starts", "32", "--total-timesteps", "64",
                          "--hidden-size", "16", "--batch-size", "16"]  # fmt: skip
+PROCGEN = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
+           "--total-timesteps", "64"]  # fmt: skip
 TINY = {
     "ppo.py": ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "64"],
     "ppo_atari.py": ATARI_PPO,
@@ -39,6 +44,20 @@ TINY = {
     "td3_continuous_action.py": OFF_POLICY_CONTINUOUS,
     "sac_continuous_action.py": OFF_POLICY_CONTINUOUS,
     "sac_atari.py": OFF_POLICY_ATARI,
+    "ppo_atari_lstm.py": [
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "32",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "1",
+        "--total-timesteps",
+        "64",
+    ],  # fmt: skip
+    "ppo_procgen.py": PROCGEN,
+    "ppg_procgen.py": [*PROCGEN, "--n-iteration", "1", "--e-auxiliary", "1", "--aux-minibatch-size", "64"],
 }
 
 
@@ -59,6 +78,8 @@ def train_tiny(script: str, workdir: Path) -> Path:
 
 @pytest.mark.parametrize("script", sorted(TINY))
 def test_enjoy_plays_the_saved_model(script, workdir):
+    if "procgen" in script and PROCGEN_UNAVAILABLE:
+        pytest.skip(f"procgen tests skipped: {PROCGEN_UNAVAILABLE}")
     model = train_tiny(script, workdir)
     proc = enjoy(["--exp-name", script[:-3], "--model-path", str(model), "--eval-episodes", "2"], workdir)
     check_ok(proc)
