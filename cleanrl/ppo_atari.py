@@ -16,6 +16,7 @@ one is not (see ``compute_gae``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import random
@@ -93,6 +94,14 @@ class Args:
     resume: str | None = None
     """resume from a checkpoint file, or `auto`: the newest checkpoint of --run-name (fresh start if none)"""
 
+    # Throughput arguments (docs/benchmarks/throughput.md measures each)
+    channels_last: bool = True
+    """NHWC memory layout for the CNN and its input: the same fp32 arithmetic, faster convolutions on CPU"""
+    bf16: bool = False
+    """bfloat16 autocast for the network's forward passes (CPUs with AVX512-BF16/AMX, or CUDA); changes numerics"""
+    env_groups: int = 1
+    """step the envs in this many groups, alternately: the policy acts for one group while the others step"""
+
     # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
     """the id of the Atari environment (`<Game>NoFrameskip-v4`, or `ALE/<Game>-v5` with its sticky actions)"""
@@ -145,7 +154,8 @@ def fail(message: str) -> None:
 
 
 def validate(args: Args) -> None:
-    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
+    positive = ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
+    for name in (*positive, "eval_episodes", "env_groups"):
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if not 0.0 < args.gamma <= 1.0 or not 0.0 <= args.gae_lambda <= 1.0:
@@ -155,6 +165,8 @@ def validate(args: Args) -> None:
             f"num_envs * num_steps = {args.batch_size} is not divisible by --num-minibatches {args.num_minibatches}; "
             "change --num-envs, --num-steps or --num-minibatches"
         )
+    if args.num_envs % args.env_groups != 0:
+        fail(f"--env-groups {args.env_groups} does not divide --num-envs {args.num_envs}")
     if args.num_iterations < 1:
         fail(
             f"--total-timesteps {args.total_timesteps} is less than one rollout (num_envs * num_steps = {args.batch_size})"
@@ -222,17 +234,26 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
+    channels_last = False  # set with the module's memory format: the input must match it
+
+    def features(self, x):
+        x = x / 255.0
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.network(x)
+
     def get_value(self, x):
-        return self.critic(self.network(x / 255.0))
+        return self.critic(self.features(x)).float()
 
     def get_action_and_value(self, x, action=None):
-        hidden = self.network(x / 255.0)
-        logits = self.actor(hidden)
+        hidden = self.features(x)
+        # Under bf16 autocast the heads return bf16; the distribution and the losses stay fp32.
+        logits = self.actor(hidden).float()
         # No argument validation: NaNs are reported by the gradient-norm check with a clear message.
         probs = Categorical(logits=logits, validate_args=False)
         if action is None:
             action = probs.sample()
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).float()
 
 
 def compute_gae(rewards, values, terminations, truncations, final_values, next_value, gamma, gae_lambda):
@@ -313,15 +334,26 @@ if __name__ == "__main__":
 
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    # env setup
-    envs = gym.vector.AsyncVectorEnv(
-        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
-        shared_memory=True,
-        autoreset_mode=AutoresetMode.SAME_STEP,
-    )
+    # env setup: subprocess workers, in --env-groups groups of equal size
+    group_size = args.num_envs // args.env_groups
+    env_groups = [
+        gym.vector.AsyncVectorEnv(
+            [make_env(args.env_id, g * group_size + i, args.capture_video, run_name) for i in range(group_size)],
+            shared_memory=True,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+        )
+        for g in range(args.env_groups)
+    ]
+    group_slices = [slice(g * group_size, (g + 1) * group_size) for g in range(args.env_groups)]
+    envs = env_groups[0]  # the spaces of one env are those of all
     envs.action_space.seed(args.seed)
 
     agent = Agent(envs).to(device)
+    if args.channels_last:
+        agent = agent.to(memory_format=torch.channels_last)
+        agent.channels_last = True
+    # bf16 autocast around every forward pass; the backward pass follows the forward's dtypes.
+    autocast = functools.partial(torch.autocast, device.type, dtype=torch.bfloat16, enabled=args.bf16)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     # ALGO Logic: Storage setup
@@ -369,7 +401,13 @@ if __name__ == "__main__":
     start_step = global_step
     progress = Progress(args.total_timesteps, start_step=global_step)
     # Emulator states are not checkpointed: a resumed run starts new episodes, seeded apart from the first ones.
-    next_obs, _ = envs.reset(seed=args.seed + global_step)
+    # Group g holds envs g*group_size.., seeded as if they were one vector env.
+    next_obs = torch.cat(
+        [
+            torch.as_tensor(group.reset(seed=args.seed + global_step + sl.start)[0], device=device)
+            for group, sl in zip(env_groups, group_slices, strict=True)
+        ]
+    )
     next_obs = torch.as_tensor(next_obs, device=device)
 
     for iteration in range(start_iteration, args.num_iterations + 1):
@@ -382,41 +420,45 @@ if __name__ == "__main__":
             global_step += args.num_envs
             obs[step] = next_obs
 
-            # ALGO LOGIC: action logic
-            with torch.no_grad():
-                action, logprob, _, value = agent.get_action_and_value(next_obs)
-                values[step] = value.flatten()
-            actions[step] = action
-            logprobs[step] = logprob
+            # ALGO LOGIC: action logic. Act for each group and send it stepping at once: with several
+            # groups, the emulators of one group run in their workers while the policy acts for the next.
+            for group, sl in zip(env_groups, group_slices, strict=True):
+                with torch.inference_mode(), autocast():
+                    action, logprob, _, value = agent.get_action_and_value(next_obs[sl])
+                values[step, sl] = value.flatten()
+                actions[step, sl] = action.to(actions.dtype)
+                logprobs[step, sl] = logprob
+                group.step_async(action.cpu().numpy())
 
             # TRY NOT TO MODIFY: execute the game and log data.
-            next_obs_np, reward, terminated, truncated, infos = envs.step(action.cpu().numpy())
-            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-            terminations[step] = torch.as_tensor(terminated, dtype=torch.float32, device=device)
-            truncations[step] = torch.as_tensor(truncated, dtype=torch.float32, device=device)
-            final_values[step] = 0.0
-            # The sub-envs that ended were already reset: `next_obs_np` holds their first observation
-            # of the next episode, and `final_obs` the last one of the finished episode.
-            bootstrap_idx = np.nonzero(truncated & ~terminated)[0]
-            if len(bootstrap_idx) > 0:
-                final_obs = torch.as_tensor(np.stack(infos["final_obs"][bootstrap_idx]), device=device)
-                with torch.no_grad():
-                    final_values[step, bootstrap_idx] = agent.get_value(final_obs).flatten()
-            next_obs = torch.as_tensor(next_obs_np, device=device)
+            for group, sl in zip(env_groups, group_slices, strict=True):
+                next_obs_np, reward, terminated, truncated, infos = group.step_wait()
+                rewards[step, sl] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+                terminations[step, sl] = torch.as_tensor(terminated, dtype=torch.float32, device=device)
+                truncations[step, sl] = torch.as_tensor(truncated, dtype=torch.float32, device=device)
+                final_values[step, sl] = 0.0
+                # The sub-envs that ended were already reset: `next_obs_np` holds their first observation
+                # of the next episode, and `final_obs` the last one of the finished episode.
+                bootstrap_idx = np.nonzero(truncated & ~terminated)[0]
+                if len(bootstrap_idx) > 0:
+                    final_obs = torch.as_tensor(np.stack(infos["final_obs"][bootstrap_idx]), device=device)
+                    with torch.inference_mode(), autocast():
+                        final_values[step, sl.start + bootstrap_idx] = agent.get_value(final_obs).flatten()
+                next_obs[sl] = torch.as_tensor(next_obs_np, device=device)
 
-            if "final_info" in infos and "episode" in infos["final_info"]:
-                episode = infos["final_info"]["episode"]
-                for i in np.nonzero(infos["final_info"]["_episode"])[0]:
-                    writer.add_scalar("charts/episodic_return", episode["r"][i], global_step)
-                    progress.episode(episode["r"][i])
-                    writer.add_scalar("charts/episodic_length", episode["l"][i], global_step)
+                if "final_info" in infos and "episode" in infos["final_info"]:
+                    episode = infos["final_info"]["episode"]
+                    for i in np.nonzero(infos["final_info"]["_episode"])[0]:
+                        writer.add_scalar("charts/episodic_return", episode["r"][i], global_step)
+                        progress.episode(episode["r"][i])
+                        writer.add_scalar("charts/episodic_length", episode["l"][i], global_step)
             if stop.requested:
                 break  # the partial rollout is dropped; the checkpoint is the last whole iteration
         if stop.requested:
             break
 
         # bootstrap value if not done
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             next_value = agent.get_value(next_obs).reshape(1, -1)[0]
             advantages, returns = compute_gae(
                 rewards, values, terminations, truncations, final_values, next_value, args.gamma, args.gae_lambda
@@ -439,7 +481,10 @@ if __name__ == "__main__":
                 end = start + args.minibatch_size
                 mb_inds = b_inds[start:end]
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions.long()[mb_inds])
+                with autocast():
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(
+                        b_obs[mb_inds], b_actions.long()[mb_inds]
+                    )
                 logratio = newlogprob - b_logprobs[mb_inds]
                 ratio = logratio.exp()
 
@@ -514,7 +559,8 @@ if __name__ == "__main__":
     if stop.requested:
         path = write_checkpoint()
         print(f"{stop.signal_name}: checkpoint {path} written at global_step={completed_step}; exiting", flush=True)
-        envs.close()
+        for group in env_groups:
+            group.close()
         writer.close()
         if args.track:
             wandb.finish(exit_code=EXIT_PREEMPTED)
@@ -538,7 +584,8 @@ if __name__ == "__main__":
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
         print(f"evaluation over {len(episodic_returns)} episodes: mean return {np.mean(episodic_returns):.1f}")
 
-    envs.close()
+    for group in env_groups:
+        group.close()
     writer.close()
     if args.track:
         wandb.finish()

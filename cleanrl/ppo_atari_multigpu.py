@@ -24,6 +24,7 @@ the model.
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import os
 import random
@@ -114,6 +115,14 @@ class Args:
     torch_threads: int = 0
     """intra-op CPU threads per process; 0 = an exported OMP_NUM_THREADS, else cores // local processes"""
 
+    # Throughput arguments (docs/benchmarks/throughput.md measures each)
+    channels_last: bool = True
+    """NHWC memory layout for the CNN and its input: the same fp32 arithmetic, faster convolutions on CPU"""
+    bf16: bool = False
+    """bfloat16 autocast for the network's forward passes (CPUs with AVX512-BF16/AMX, or CUDA); changes numerics"""
+    env_groups: int = 1
+    """step the local envs in this many groups, alternately: the policy acts for one group while the others step"""
+
     # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
     """the id of the Atari environment (`<Game>NoFrameskip-v4`, or `ALE/<Game>-v5` with its sticky actions)"""
@@ -196,7 +205,8 @@ def resolve_sizes(args: Args, world_size: int, rank: int) -> None:
 
 
 def validate(args: Args, rank: int, local_world_size: int) -> None:
-    for name in ("total_timesteps", "local_num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
+    positive = ("total_timesteps", "local_num_envs", "num_steps", "num_minibatches", "update_epochs")
+    for name in (*positive, "eval_episodes", "env_groups"):
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}", rank)
     if not 0.0 < args.gamma <= 1.0 or not 0.0 <= args.gae_lambda <= 1.0:
@@ -207,6 +217,8 @@ def validate(args: Args, rank: int, local_world_size: int) -> None:
             f"{args.num_minibatches}; change --local-num-envs/--num-envs, --num-steps or --num-minibatches",
             rank,
         )
+    if args.local_num_envs % args.env_groups != 0:
+        fail(f"--env-groups {args.env_groups} does not divide the {args.local_num_envs} envs of a process", rank)
     if args.num_iterations < 1:
         fail(
             f"--total-timesteps {args.total_timesteps} is less than one global rollout "
@@ -311,17 +323,26 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
+    channels_last = False  # set with the module's memory format: the input must match it
+
+    def features(self, x):
+        x = x / 255.0
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.network(x)
+
     def get_value(self, x):
-        return self.critic(self.network(x / 255.0))
+        return self.critic(self.features(x)).float()
 
     def get_action_and_value(self, x, action=None):
-        hidden = self.network(x / 255.0)
-        logits = self.actor(hidden)
+        hidden = self.features(x)
+        # Under bf16 autocast the heads return bf16; the distribution and the losses stay fp32.
+        logits = self.actor(hidden).float()
         # No argument validation: NaNs are reported by the gradient-norm check with a clear message.
         probs = Categorical(logits=logits, validate_args=False)
         if action is None:
             action = probs.sample()
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).float()
 
 
 def compute_gae(rewards, values, terminations, truncations, final_values, next_value, gamma, gae_lambda):
@@ -472,15 +493,29 @@ if __name__ == "__main__":
     torch.manual_seed(args.seed + rank)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
-    # env setup: this process's envs, in subprocess workers
-    envs = gym.vector.AsyncVectorEnv(
-        [make_env(args.env_id, i, args.capture_video and rank == 0, run_name) for i in range(args.local_num_envs)],
-        shared_memory=True,
-        autoreset_mode=AutoresetMode.SAME_STEP,
-    )
+    # env setup: this process's envs, in subprocess workers, in --env-groups groups of equal size
+    group_size = args.local_num_envs // args.env_groups
+    env_groups = [
+        gym.vector.AsyncVectorEnv(
+            [
+                make_env(args.env_id, g * group_size + i, args.capture_video and rank == 0, run_name)
+                for i in range(group_size)
+            ],
+            shared_memory=True,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+        )
+        for g in range(args.env_groups)
+    ]
+    group_slices = [slice(g * group_size, (g + 1) * group_size) for g in range(args.env_groups)]
+    envs = env_groups[0]  # the spaces of one env are those of all
     envs.action_space.seed(env_seed)
 
     agent = Agent(envs).to(device)
+    if args.channels_last:
+        agent = agent.to(memory_format=torch.channels_last)
+        agent.channels_last = True
+    # bf16 autocast around every forward pass; the backward pass follows the forward's dtypes.
+    autocast = functools.partial(torch.autocast, device.type, dtype=torch.bfloat16, enabled=args.bf16)
     if distributed:
         # Identical starting point guaranteed by a broadcast, not by seeding.
         for tensor in agent.state_dict().values():
@@ -544,8 +579,13 @@ if __name__ == "__main__":
     stop_now = False
     start_time, start_step = time.time(), global_step
     progress = Progress(args.total_timesteps, start_step=global_step, enabled=rank == 0)
-    next_obs, _ = envs.reset(seed=env_seed)
-    next_obs = torch.as_tensor(next_obs, device=device)
+    # Group g holds envs g*group_size.., seeded as if they were one vector env.
+    next_obs = torch.cat(
+        [
+            torch.as_tensor(group.reset(seed=env_seed + sl.start)[0], device=device)
+            for group, sl in zip(env_groups, group_slices, strict=True)
+        ]
+    )
 
     # Iterate on steps, not on a fixed iteration count: after an elastic restart with a different
     # world size the global batch may differ, and the budget must still hold.
@@ -560,33 +600,36 @@ if __name__ == "__main__":
             # All processes step in lockstep, so global_step counts the envs of every process.
             global_step += args.num_envs
             obs[step] = next_obs
+            # Act for each group and send it stepping at once: with several groups, the emulators of
+            # one group run in their workers while the policy computes the actions of the next.
+            for group, sl in zip(env_groups, group_slices, strict=True):
+                with torch.inference_mode(), autocast():
+                    action, logprob, _, value = agent.get_action_and_value(next_obs[sl])
+                values[step, sl] = value.flatten()
+                actions[step, sl] = action.to(actions.dtype)
+                logprobs[step, sl] = logprob
+                group.step_async(action.cpu().numpy())
+            for group, sl in zip(env_groups, group_slices, strict=True):
+                next_obs_np, reward, terminated, truncated, infos = group.step_wait()
+                rewards[step, sl] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+                terminations[step, sl] = torch.as_tensor(terminated, dtype=torch.float32, device=device)
+                truncations[step, sl] = torch.as_tensor(truncated, dtype=torch.float32, device=device)
+                final_values[step, sl] = 0.0
+                # Ended sub-envs were already reset; a truncated one is bootstrapped from its final observation.
+                bootstrap_idx = np.nonzero(truncated & ~terminated)[0]
+                if len(bootstrap_idx) > 0:
+                    final_obs = torch.as_tensor(np.stack(infos["final_obs"][bootstrap_idx]), device=device)
+                    with torch.inference_mode(), autocast():
+                        final_values[step, sl.start + bootstrap_idx] = agent.get_value(final_obs).flatten()
+                next_obs[sl] = torch.as_tensor(next_obs_np, device=device)
 
-            with torch.no_grad():
-                action, logprob, _, value = agent.get_action_and_value(next_obs)
-                values[step] = value.flatten()
-            actions[step] = action
-            logprobs[step] = logprob
-
-            next_obs_np, reward, terminated, truncated, infos = envs.step(action.cpu().numpy())
-            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-            terminations[step] = torch.as_tensor(terminated, dtype=torch.float32, device=device)
-            truncations[step] = torch.as_tensor(truncated, dtype=torch.float32, device=device)
-            final_values[step] = 0.0
-            # Ended sub-envs were already reset; a truncated one is bootstrapped from its final observation.
-            bootstrap_idx = np.nonzero(truncated & ~terminated)[0]
-            if len(bootstrap_idx) > 0:
-                final_obs = torch.as_tensor(np.stack(infos["final_obs"][bootstrap_idx]), device=device)
-                with torch.no_grad():
-                    final_values[step, bootstrap_idx] = agent.get_value(final_obs).flatten()
-            next_obs = torch.as_tensor(next_obs_np, device=device)
-
-            if "final_info" in infos and "episode" in infos["final_info"]:
-                episode = infos["final_info"]["episode"]
-                for i in np.nonzero(infos["final_info"]["_episode"])[0]:
-                    finished.append((global_step, float(episode["r"][i]), int(episode["l"][i])))
+                if "final_info" in infos and "episode" in infos["final_info"]:
+                    episode = infos["final_info"]["episode"]
+                    for i in np.nonzero(infos["final_info"]["_episode"])[0]:
+                        finished.append((global_step, float(episode["r"][i]), int(episode["l"][i])))
         local_episodes += len(finished)
 
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             next_value = agent.get_value(next_obs).reshape(1, -1)[0]
             advantages, returns = compute_gae(
                 rewards, values, terminations, truncations, final_values, next_value, args.gamma, args.gae_lambda
@@ -608,7 +651,8 @@ if __name__ == "__main__":
             for start in range(0, args.local_batch_size, args.local_minibatch_size):
                 mb_inds = b_inds[start : start + args.local_minibatch_size]
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                with autocast():
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
                 logratio = newlogprob - b_logprobs[mb_inds]
                 ratio = logratio.exp()
 
@@ -724,7 +768,8 @@ if __name__ == "__main__":
             writer.close()
             if args.track:
                 wandb.finish(exit_code=EXIT_PREEMPTED)
-        envs.close()
+        for group in env_groups:
+            group.close()
         if distributed:
             dist.destroy_process_group()
         raise SystemExit(EXIT_PREEMPTED)
@@ -757,7 +802,8 @@ if __name__ == "__main__":
         f"rank={rank} done: updates={num_updates} episodes={local_episodes} param_sha256={parameter_checksum(agent)}",
         flush=True,
     )
-    envs.close()
+    for group in env_groups:
+        group.close()
     if writer is not None:
         writer.close()
     if args.track and rank == 0:

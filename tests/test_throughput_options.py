@@ -1,0 +1,70 @@
+"""The throughput options of the Atari PPO scripts change speed, not what is computed (beyond bf16 rounding)."""
+
+from __future__ import annotations
+
+import copy
+import re
+import types
+
+import gymnasium as gym
+import pytest
+import torch
+
+from conftest import check_ok, free_port, load_script_module, run_torchrun
+
+SCRIPTS = ["ppo_atari.py", "ppo_atari_multigpu.py"]
+
+
+def agents(script):
+    module = load_script_module(script)
+    torch.manual_seed(0)
+    plain = module.Agent(types.SimpleNamespace(single_action_space=gym.spaces.Discrete(4)))
+    fast = copy.deepcopy(plain).to(memory_format=torch.channels_last)
+    fast.channels_last = True
+    return plain, fast
+
+
+def batch(n=16):
+    gen = torch.Generator().manual_seed(1)
+    obs = torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8, generator=gen)
+    return obs, torch.randint(0, 4, (n,), generator=gen)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_channels_last_computes_the_same_forward_and_gradients(script):
+    plain, fast = agents(script)
+    obs, actions = batch()
+    outputs = []
+    for agent in (plain, fast):
+        _, logprob, entropy, value = agent.get_action_and_value(obs, actions)
+        (logprob.sum() + entropy.sum() + value.sum()).backward()
+        outputs.append((logprob, entropy, value, [p.grad.contiguous() for p in agent.parameters()]))
+    for a, b in zip(outputs[0][:3], outputs[1][:3], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for a, b in zip(outputs[0][3], outputs[1][3], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+    assert fast.network[0].weight.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bf16_autocast_keeps_fp32_outputs_close_to_fp32(script):
+    plain, fast = agents(script)
+    obs, actions = batch()
+    _, logprob, entropy, value = plain.get_action_and_value(obs, actions)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, logprob16, entropy16, value16 = fast.get_action_and_value(obs, actions)
+    assert logprob16.dtype == entropy16.dtype == value16.dtype == torch.float32
+    torch.testing.assert_close(logprob16, logprob, rtol=0, atol=2e-2)
+    torch.testing.assert_close(value16, value, rtol=0, atol=5e-2)
+
+
+def test_env_groups_and_bf16_under_torchrun_keep_ranks_identical(workdir):
+    flags = ["--num-envs", "8", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
+             "--total-timesteps", "384", "--env-groups", "2", "--bf16"]  # fmt: skip
+    launcher = ["--nnodes=1", "--nproc_per_node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
+    proc = run_torchrun(launcher, "ppo_atari_multigpu.py", flags, workdir)
+    check_ok(proc)
+    done = re.findall(r"rank=(\d) done: updates=(\d+) episodes=\d+ param_sha256=(\w+)", proc.stdout)
+    assert sorted(r for r, _, _ in done) == ["0", "1"], proc.stdout[-3000:]
+    assert {u for _, u, _ in done} == {str(3 * 2 * 2)}  # 3 iterations x 2 epochs x 2 minibatches
+    assert len({h for _, _, h in done}) == 1  # identical parameters on both ranks
