@@ -1,0 +1,283 @@
+"""Throughput of the Atari PPO training loop against what its parts allow, measured in one run.
+
+    python benchmark/throughput.py --reps 3 --out docs/benchmarks/throughput.md
+
+On the current machine (all its cores), with the agent and make_env of cleanrl/ppo_atari_multigpu.py:
+  (a) env-only steps/s of 8 Breakout envs, random actions: in-process (SyncVectorEnv), subprocess
+      workers with shared memory (AsyncVectorEnv, what the scripts use), and envpool if installed;
+  (b) policy inference per env step (a batch of 8 observations, inference mode);
+  (c) update-only samples/s (PPO minibatch of 256: forward, loss, backward, Adam) for each variant
+      of layout and precision: fp32, channels_last, bf16 autocast, bf16 + channels_last;
+  (d) end-to-end training SPS of ppo_atari.py and of ppo_atari_multigpu.py with 1 and 2 processes
+      (torchrun, gloo) at the same global batch (8 envs x 128 steps, 4 minibatches, 4 epochs: the
+      defaults), for each set of throughput flags; steady state: the steps between the end of the
+      first iteration and the end of the last over the time between them.
+The sequential bound of a variant is 1 / (1/env + 1/inference + update_epochs/update): the SPS of a
+loop that steps the envs, acts and updates one after another with nothing overlapped, from (a) the
+subprocess env, (b) and (c) of the same variant. Measurements are repeated --reps times,
+interleaved, and the medians are reported with each training SPS's ratio to its bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+REPO = Path(__file__).resolve().parents[1]
+ENV_ID = "BreakoutNoFrameskip-v4"
+# name -> (channels_last, bf16, the script flags)
+VARIANTS = {
+    "fp32": (False, False, ["--no-channels-last"]),
+    "channels_last": (True, False, ["--channels-last"]),
+    "bf16": (False, True, ["--no-channels-last", "--bf16"]),
+    "bf16+channels_last": (True, True, ["--channels-last", "--bf16"]),
+}
+TRAIN = ["--env-id", ENV_ID, "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4", "--no-cuda"]
+
+
+def load_script(name="ppo_atari_multigpu"):
+    spec = importlib.util.spec_from_file_location(name, REPO / "cleanrl" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def env_rate(module, kind: str, num_envs: int = 8, steps: int = 300) -> float | None:
+    if kind == "envpool":
+        try:
+            import envpool
+        except ImportError:
+            return None
+        envs = envpool.make(ENV_ID.replace("NoFrameskip-v4", "-v5"), env_type="gymnasium", num_envs=num_envs,
+                            episodic_life=True, reward_clip=True, stack_num=4)  # fmt: skip
+        envs.reset()
+        sample = lambda: np.random.randint(0, envs.action_space.n, num_envs)  # noqa: E731
+    else:
+        thunks = [module.make_env(ENV_ID, i, False, "bench") for i in range(num_envs)]
+        if kind == "sync":
+            envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+        else:
+            envs = gym.vector.AsyncVectorEnv(thunks, shared_memory=True, autoreset_mode=AutoresetMode.SAME_STEP)
+        envs.reset(seed=0)
+        envs.action_space.seed(0)
+        sample = envs.action_space.sample
+    for _ in range(20):
+        envs.step(sample())
+    start = time.perf_counter()
+    for _ in range(steps):
+        envs.step(sample())
+    elapsed = time.perf_counter() - start
+    envs.close()
+    return steps * num_envs / elapsed
+
+
+def make_agent(module, channels_last: bool):
+    torch.manual_seed(0)
+    agent = module.Agent(types.SimpleNamespace(single_action_space=gym.spaces.Discrete(4)))
+    if channels_last:
+        agent = agent.to(memory_format=torch.channels_last)
+        agent.channels_last = True
+    return agent
+
+
+def inference_rate(module, channels_last: bool, bf16: bool, num_envs: int = 8, calls: int = 200) -> float:
+    """Env steps per second that the acting path alone allows (one call acts for num_envs envs)."""
+    torch.set_num_threads(os.cpu_count())
+    agent = make_agent(module, channels_last)
+    obs = torch.randint(0, 255, (num_envs, 4, 84, 84), dtype=torch.uint8)
+    times = []
+    for i in range(calls + 10):
+        start = time.perf_counter()
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            agent.get_action_and_value(obs)
+        if i >= 10:
+            times.append(time.perf_counter() - start)
+    return num_envs / statistics.median(times)
+
+
+def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, updates: int = 12) -> float:
+    torch.set_num_threads(os.cpu_count())
+    agent = make_agent(module, channels_last)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5)
+    obs = torch.randint(0, 255, (minibatch, 4, 84, 84), dtype=torch.uint8)
+    actions = torch.randint(0, 4, (minibatch,))
+    old_logprobs = torch.full((minibatch,), -np.log(4.0))
+    advantages, returns = torch.randn(minibatch), torch.randn(minibatch)
+
+    def update():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
+        ratio = (newlogprob - old_logprobs).exp()
+        pg_loss = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 0.9, 1.1)).mean()
+        loss = pg_loss - 0.01 * entropy.mean() + 0.25 * ((newvalue.view(-1) - returns) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
+        optimizer.step()
+
+    for _ in range(2):
+        update()
+    times = []
+    for _ in range(updates):
+        start = time.perf_counter()
+        update()
+        times.append(time.perf_counter() - start)
+    return minibatch / statistics.median(times)
+
+
+def training_sps(script: str, nproc: int, flags: list[str], iterations: int) -> float:
+    total = 1024 * iterations
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [*TRAIN, "--total-timesteps", str(total), *flags, "--checkpoint-frequency", "0"]
+        path = str(REPO / "cleanrl" / script)
+        if nproc == 1:
+            cmd = [sys.executable, path, *args, "--num-envs", "8"]
+        else:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", path,
+                   *args, "--num-envs", "8"]  # fmt: skip
+        subprocess.run(cmd, cwd=tmp, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+        acc = EventAccumulator(glob.glob(f"{tmp}/runs/*")[0], size_guidance={"scalars": 0})
+        acc.Reload()
+        events = acc.Scalars("losses/value_loss")
+        first, last = events[0], events[-1]
+        return (last.step - first.step) / (last.wall_time - first.wall_time)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=6, help="training iterations of 1024 steps per run")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--env-groups", type=int, nargs="+", default=[1, 2], help="--env-groups values to train with")
+    parser.add_argument("--out", default=None, help="write the markdown report (and a PNG beside it)")
+    opts = parser.parse_args()
+    module = load_script()
+    accepts_flags = "channels_last" in load_script("ppo_atari").Args.__dataclass_fields__
+
+    env = {kind: [] for kind in ("sync", "async", "envpool")}
+    infer = {v: [] for v in opts.variants}
+    update = {v: [] for v in opts.variants}
+    # (script, processes, variant, env groups) -> SPS samples
+    configs = []
+    for variant in opts.variants:
+        for groups in opts.env_groups:
+            configs.append(("ppo_atari_multigpu.py", 1, variant, groups))
+            configs.append(("ppo_atari_multigpu.py", 2, variant, groups))
+            if accepts_flags:
+                configs.append(("ppo_atari.py", 1, variant, groups))
+    if not accepts_flags:
+        configs.append(("ppo_atari.py", 1, None, 1))
+    train = {config: [] for config in configs}
+    for rep in range(opts.reps):
+        for kind in env:
+            rate = env_rate(module, kind)
+            if rate is not None:
+                env[kind].append(rate)
+        for variant in opts.variants:
+            channels_last, bf16, _ = VARIANTS[variant]
+            infer[variant].append(inference_rate(module, channels_last, bf16))
+            update[variant].append(update_rate(module, channels_last, bf16))
+        for config in configs:
+            script, nproc, variant, groups = config
+            flags = [] if variant is None else [*VARIANTS[variant][2], "--env-groups", str(groups)]
+            train[config].append(training_sps(script, nproc, flags, opts.iterations))
+            print(f"rep {rep}: {config} {train[config][-1]:.0f} SPS", flush=True)
+
+    med = statistics.median
+    env_async = med(env["async"])
+
+    def bound(variant):
+        return 1.0 / (1.0 / env_async + 1.0 / med(infer[variant]) + 4.0 / med(update[variant]))
+
+    lines = ["| measurement | median |", "|---|---|"]
+    for kind, label in (("sync", "in-process (SyncVectorEnv)"), ("async", "subprocess workers, shared memory"),
+                        ("envpool", "envpool")):  # fmt: skip
+        value = f"{med(env[kind]):.0f}" if env[kind] else "not installed"
+        lines.append(f"| (a) env-only steps/s, 8 envs, {label} | {value} |")
+    for variant in opts.variants:
+        lines.append(f"| (b) inference, {variant}: env steps/s (ms per call of 8) | {med(infer[variant]):.0f} "
+                     f"({8000 / med(infer[variant]):.1f} ms) |")  # fmt: skip
+    for variant in opts.variants:
+        lines.append(f"| (c) update-only samples/s, {variant} (ms per minibatch of 256) | {med(update[variant]):.0f} "
+                     f"({256000 / med(update[variant]):.0f} ms) |")  # fmt: skip
+    table_parts = "\n".join(lines)
+    rows = ["| script | processes | flags | training SPS | sequential bound | ratio |", "|---|---|---|---|---|---|"]
+    chart = []
+    for config in configs:
+        script, nproc, variant, groups = config
+        sps = med(train[config])
+        if variant is None:
+            rows.append(
+                f"| {script} | 1 | (none: fp32) | {sps:.0f} | {bound('fp32'):.0f} | {sps / bound('fp32'):.2f} |"
+            )
+            chart.append((f"{script[:-3]}\nfp32", sps, bound("fp32")))
+            continue
+        flags = " ".join([*VARIANTS[variant][2], "--env-groups", str(groups)])
+        rows.append(
+            f"| {script} | {nproc} | `{flags}` | {sps:.0f} | {bound(variant):.0f} | {sps / bound(variant):.2f} |"
+        )
+        short = "mg" if "multigpu" in script else "single"
+        chart.append((f"{short} x{nproc}\n{variant}\ng{groups}", sps, bound(variant)))
+    table_train = "\n".join(rows)
+    print(table_parts + "\n\n" + table_train)
+    if opts.out:
+        write_report(opts, table_parts, table_train, chart)
+
+
+def write_report(opts, table_parts, table_train, chart):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    png = Path(opts.out).with_suffix(".png")
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.55 * len(chart)), 4.2))
+    xs = np.arange(len(chart))
+    ax.bar(xs, [c[1] for c in chart], color="tab:blue", label="training SPS")
+    ax.scatter(xs, [c[2] for c in chart], color="tab:red", marker="_", s=400, label="sequential bound", zorder=3)
+    ax.set_xticks(xs, [c[0] for c in chart], fontsize=6)
+    ax.set_ylabel("env steps / s")
+    ax.set_title("Atari PPO training SPS against the sequential bound")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, torch {torch.__version__}, "
+               f"Python {platform.python_version()}")  # fmt: skip
+    command = (f"python benchmark/throughput.py --reps {opts.reps} --iterations {opts.iterations} --variants "
+               f"{' '.join(opts.variants)} --env-groups {' '.join(map(str, opts.env_groups))} --out {opts.out}")  # fmt: skip
+    Path(opts.out).write_text(
+        "# Throughput of the Atari PPO training loop\n\n"
+        f"Measured {time.strftime('%Y-%m-%d')} on {machine}; medians of {opts.reps} interleaved repetitions.\n\n"
+        f"```bash\n{command}\n```\n\n"
+        "## The parts\n\n" + table_parts + "\n\n"
+        "## Training against the sequential bound\n\n"
+        f"Runs: `{' '.join(TRAIN)} --num-envs 8 --total-timesteps {1024 * opts.iterations}` plus the flags below "
+        "(global batch 1024: 8 envs in all, whatever the number of processes; one torch thread per process "
+        "under torchrun on 2 cores). The bound of a row uses the env rate of the subprocess workers and the "
+        "inference and update rates of the row's layout/precision; `--env-groups 2` overlaps the emulators of one "
+        "half of the envs with the inference of the other half, which the bound does not allow for.\n\n"
+        + table_train
+        + f"\n\n![training SPS vs bound]({png.name})\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
