@@ -228,14 +228,15 @@ def main() -> None:
             rows.append(
                 f"| {script} | 1 | (none: fp32) | {sps:.0f} | {bound('fp32'):.0f} | {sps / bound('fp32'):.2f} |"
             )
-            chart.append((f"{script[:-3]}\nfp32", sps, bound("fp32")))
+            chart.append((f"{script[:-3]} fp32", sps, bound("fp32")))
             continue
         flags = " ".join([*VARIANTS[variant][2], "--env-groups", str(groups)])
         rows.append(
             f"| {script} | {nproc} | `{flags}` | {sps:.0f} | {bound(variant):.0f} | {sps / bound(variant):.2f} |"
         )
-        short = "mg" if "multigpu" in script else "single"
-        chart.append((f"{short} x{nproc}\n{variant}\ng{groups}", sps, bound(variant)))
+        short = "multigpu" if "multigpu" in script else "ppo_atari"
+        label = variant.replace("channels_last", "CL")
+        chart.append((f"{short} x{nproc} {label} g{groups}", sps, bound(variant)))
     table_train = "\n".join(rows)
     print(table_parts + "\n\n" + table_train)
     if opts.out:
@@ -253,7 +254,7 @@ def write_report(opts, table_parts, table_train, chart):
     xs = np.arange(len(chart))
     ax.bar(xs, [c[1] for c in chart], color="tab:blue", label="training SPS")
     ax.scatter(xs, [c[2] for c in chart], color="tab:red", marker="_", s=400, label="sequential bound", zorder=3)
-    ax.set_xticks(xs, [c[0] for c in chart], fontsize=6)
+    ax.set_xticks(xs, [c[0] for c in chart], fontsize=7, rotation=60, ha="right")
     ax.set_ylabel("env steps / s")
     ax.set_title("Atari PPO training SPS against the sequential bound")
     ax.legend(fontsize="small")
