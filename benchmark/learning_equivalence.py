@@ -35,17 +35,23 @@ FLAG_SETS = {
 }
 
 
-def run(name: str, seed: int, steps: int, work: Path) -> list[float]:
+def read_returns(folder: Path) -> list[float]:
+    acc = EventAccumulator(glob.glob(f"{folder}/runs/*")[0], size_guidance={"scalars": 0})
+    acc.Reload()
+    return [e.value for e in acc.Scalars("charts/episodic_return")]
+
+
+def run(name: str, seed: int, steps: int, work: Path, reuse: bool) -> list[float]:
     folder = work / f"{name}_{seed}"
+    if reuse and glob.glob(f"{folder}/runs/*"):
+        return read_returns(folder)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     cmd = [sys.executable, str(REPO / "cleanrl" / "ppo_atari.py"), "--env-id", "BreakoutNoFrameskip-v4",
            "--seed", str(seed), "--total-timesteps", str(steps), "--exp-name", name, "--no-cuda",
            "--checkpoint-frequency", "0", *FLAG_SETS[name]]  # fmt: skip
     subprocess.run(cmd, cwd=folder, check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(REPO)))
-    acc = EventAccumulator(glob.glob(f"{folder}/runs/*")[0], size_guidance={"scalars": 0})
-    acc.Reload()
-    return [e.value for e in acc.Scalars("charts/episodic_return")]
+    return read_returns(folder)
 
 
 def main() -> None:
@@ -55,23 +61,31 @@ def main() -> None:
     parser.add_argument("--sets", nargs="+", default=list(FLAG_SETS), choices=list(FLAG_SETS))
     parser.add_argument("--last-n", type=int, default=30)
     parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "learning_equivalence"))
+    parser.add_argument("--reuse", action="store_true", help="read runs already in --work-dir instead of re-running")
     parser.add_argument("--out", default=None)
     opts = parser.parse_args()
     work = Path(opts.work_dir)
     finals: dict[str, list[float]] = {name: [] for name in opts.sets}
+    errors: dict[str, list[float]] = {name: [] for name in opts.sets}  # standard error of each run's mean
     for seed in opts.seeds:  # seeds outermost: a slow drift of the machine hits every flag set alike
         for name in opts.sets:
-            returns = run(name, seed, opts.steps, work)
-            finals[name].append(statistics.fmean(returns[-opts.last_n :]))
+            returns = run(name, seed, opts.steps, work, opts.reuse)[-opts.last_n :]
+            finals[name].append(statistics.fmean(returns))
+            errors[name].append(statistics.stdev(returns) / len(returns) ** 0.5)
             print(f"{name} seed={seed}: {len(returns)} episodes, last {opts.last_n} mean {finals[name][-1]:.2f}")
-    spread = statistics.stdev(finals["plain"]) if len(finals.get("plain", [])) > 1 else float("nan")
-    rows = ["| flags | " + " | ".join(f"seed {s}" for s in opts.seeds) + " | mean | difference to plain |",
+    rows = ["| flags | " + " | ".join(f"seed {s}" for s in opts.seeds) + " | mean | difference to plain (its standard error) |",
             "|---|" + "---|" * len(opts.seeds) + "---|---|"]  # fmt: skip
+
+    def mean_error(name):  # standard error of the mean over seeds of the per-run means
+        return (sum(e**2 for e in errors[name]) ** 0.5) / len(errors[name])
+
     base = statistics.fmean(finals["plain"]) if "plain" in finals else float("nan")
     for name in opts.sets:
         mean = statistics.fmean(finals[name])
-        cells = " | ".join(f"{v:.2f}" for v in finals[name])
-        rows.append(f"| `{' '.join(FLAG_SETS[name])}` ({name}) | {cells} | {mean:.2f} | {mean - base:+.2f} |")
+        cells = " | ".join(f"{v:.2f} +- {e:.2f}" for v, e in zip(finals[name], errors[name], strict=True))
+        diff_error = (mean_error(name) ** 2 + mean_error("plain") ** 2) ** 0.5 if name != "plain" else 0.0
+        rows.append(f"| `{' '.join(FLAG_SETS[name])}` ({name}) | {cells} | {mean:.2f} | {mean - base:+.2f} "
+                    f"({diff_error:.2f}) |")  # fmt: skip
     table = "\n".join(rows)
     print(table)
     if opts.out:
@@ -87,8 +101,9 @@ def main() -> None:
             f"{' '.join(map(str, opts.seeds))} --sets {' '.join(opts.sets)} --last-n {opts.last_n} --out {opts.out}\n```\n\n"
             f"`ppo_atari.py` on BreakoutNoFrameskip-v4, default hyperparameters, {opts.steps:,} steps per run. "
             f"Each cell is the mean episodic return (whole games, unclipped) of the last {opts.last_n} episodes "
-            f"of a run. The seed-to-seed standard deviation of the plain fp32 loop is {spread:.2f}: a flag set "
-            "whose difference to plain is within about that spread learned the same within noise.\n\n"
+            f"of a run, +- the standard error of that mean (episode returns vary a lot this early). The last "
+            "column is the difference of the seed-averaged means to the plain fp32 loop, with its standard error: "
+            "a difference within about two standard errors is within noise.\n\n"
             + table
             + f"\n\n![Breakout learning curves]({plot_dir.name}/BreakoutNoFrameskip-v4.png)\n"
         )
