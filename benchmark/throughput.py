@@ -112,7 +112,7 @@ def inference_rate(module, channels_last: bool, bf16: bool, num_envs: int = 8, c
     return num_envs / statistics.median(times)
 
 
-def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, updates: int = 12) -> float:
+def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, updates: int = 12, compiled=False):
     torch.set_num_threads(os.cpu_count())
     agent = make_agent(module, channels_last)
     optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5)
@@ -121,12 +121,18 @@ def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, u
     old_logprobs = torch.full((minibatch,), -np.log(4.0))
     advantages, returns = torch.randn(minibatch), torch.randn(minibatch)
 
-    def update():
+    def ppo_loss():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
         ratio = (newlogprob - old_logprobs).exp()
         pg_loss = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 0.9, 1.1)).mean()
-        loss = pg_loss - 0.01 * entropy.mean() + 0.25 * ((newvalue.view(-1) - returns) ** 2).mean()
+        return pg_loss - 0.01 * entropy.mean() + 0.25 * ((newvalue.view(-1) - returns) ** 2).mean()
+
+    # torch.compile of the forward and loss; the backward runs through the compiled graph.
+    loss_fn = torch.compile(ppo_loss) if compiled else ppo_loss
+
+    def update():
+        loss = loss_fn()
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
@@ -168,8 +174,18 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--env-groups", type=int, nargs="+", default=[1, 2], help="--env-groups values to train with")
     parser.add_argument("--out", default=None, help="write the markdown report (and a PNG beside it)")
+    parser.add_argument(
+        "--compile-update", action="store_true", help="only: update rates with and without torch.compile"
+    )
     opts = parser.parse_args()
     module = load_script()
+    if opts.compile_update:
+        for variant in opts.variants:
+            channels_last, bf16, _ = VARIANTS[variant]
+            rates = [update_rate(module, channels_last, bf16, compiled=c) for c in (False, True)]
+            print(f"{variant}: update {256000 / rates[0]:.0f} ms, compiled {256000 / rates[1]:.0f} ms per minibatch "
+                  f"({rates[1] / rates[0]:.2f}x)")  # fmt: skip
+        return
     accepts_flags = "channels_last" in load_script("ppo_atari").Args.__dataclass_fields__
 
     env = {kind: [] for kind in ("sync", "async", "envpool")}
