@@ -28,17 +28,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from cleanrl_utils.cli import Parser, UsageError
+
 DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "templates" / "slurm_array.sbatch"
 PYTHON_WORDS = {"python", "python3"}
-
-
-class UsageError(Exception):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,14 +18,10 @@ import os
 import sys
 from pathlib import Path
 
+from cleanrl_utils.cli import fail
 from cleanrl_utils.evals import SCRIPTS, ModelFileError, evaluate, load_model_file
 
 SCRIPT_DIR = Path(__file__).resolve().parents[1] / "cleanrl"
-
-
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def load_script(exp_name: str):

@@ -34,16 +34,10 @@ import sys
 import uuid
 from dataclasses import dataclass
 
+from cleanrl_utils.cli import Parser
+from cleanrl_utils.cli import UsageError as LaunchError
+
 DEFAULT_PORT = 29500
-
-
-class LaunchError(Exception):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise LaunchError(message)
 
 
 @dataclass

@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from cleanrl_utils.cli import fail
 
 
 @dataclass
@@ -34,11 +35,6 @@ class Run:
     seed: int
     x: np.ndarray
     y: np.ndarray
-
-
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def _hyperparameters(acc) -> dict[str, str]:

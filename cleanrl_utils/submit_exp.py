@@ -9,9 +9,9 @@ Every job runs the image's entrypoint, ``python -m cleanrl_utils.launch``, with 
 ``-- <script> <flags> --env-id ENV --seed SEED``; the launcher turns the Batch environment into a
 torchrun invocation, so a multi-node job's nodes form one torchrun job.
 
-This file uses only the standard library and boto3 (imported when a call is about to be made), so it
-runs as ``python cleanrl_utils/submit_exp.py`` from a checkout without the training dependencies, and
-``--dry-run`` works without boto3 at all.
+This file uses only the standard library, cleanrl_utils.cli and boto3 (imported when a call is about
+to be made), so it runs as ``python cleanrl_utils/submit_exp.py`` from a checkout without the training
+dependencies, and ``--dry-run`` works without boto3 at all.
 """
 
 from __future__ import annotations
@@ -26,7 +26,12 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+if not __package__:  # run by path (python cleanrl_utils/submit_exp.py) from an uninstalled checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cleanrl_utils.cli import Parser, UsageError  # noqa: E402 - after the path fix above
 
 # Must equal cleanrl_utils.checkpoint.EXIT_PREEMPTED (tests check it); not imported because that
 # module needs torch, which the machine that submits jobs may not have.
@@ -71,15 +76,6 @@ INSTANCE_TYPES: dict[str, Instance] = {
     "p3.16xlarge": Instance(64, 488 * GIB, 8),
     "p4d.24xlarge": Instance(96, 1152 * GIB, 8),
 }
-
-
-class UsageError(Exception):
-    """Bad input, reported as one `error:` line before anything is submitted."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not argparse's usage block
-        raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:

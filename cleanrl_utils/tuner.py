@@ -37,16 +37,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cleanrl_utils.cli import Parser, UsageError
+
 AGGREGATIONS: dict[str, Callable[[list[float]], float]] = {
     "mean": statistics.fmean,
     "median": statistics.median,
     "min": min,
     "max": max,
 }
-
-
-class UsageError(Exception):
-    """Bad input: reported as one `error:` line before any run starts."""
 
 
 class RunFailed(Exception):
@@ -276,11 +274,6 @@ def parse_targets(env_ids: list[str], specs: list[str]) -> dict[str, tuple[float
             raise UsageError(f"--target-scores {spec!r}: LOW and HIGH must be finite")
         targets[m.group(1)] = (low, high)
     return targets
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
