@@ -45,6 +45,18 @@ def run_script(script: str, args: list[str], cwd: Path, timeout: float = 600, **
     )
 
 
+def run_module(module: str, args: list[str], cwd: Path, timeout: float = 600, **extra_env: str):
+    """Run ``python -m cleanrl_utils.<module> <args>`` in ``cwd`` the way a user does (repository importable)."""
+    return subprocess.run(
+        [sys.executable, "-m", f"cleanrl_utils.{module}", *args],
+        cwd=cwd,
+        env=script_env(PYTHONPATH=str(REPO), **extra_env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def torchrun_command(launcher_args: list[str], script: str, args: list[str]) -> list[str]:
     """``torchrun <launcher_args> cleanrl/<script> <args>`` without relying on PATH."""
     return [sys.executable, "-m", "torch.distributed.run", *launcher_args, str(SCRIPTS / script), *args]
@@ -115,4 +127,11 @@ def load_script_module(script: str):
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def checkout_workdir(tmp_path: Path) -> Path:
+    """A working directory that looks like the repository root to tools that check `cleanrl/<script>` exists."""
+    (tmp_path / "cleanrl").symlink_to(REPO / "cleanrl")
     return tmp_path

@@ -6,32 +6,23 @@ import os
 import re
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, script_env
+from conftest import REPO, run_module
 
 TINY = "python cleanrl/ppo.py --num-envs 2 --num-steps 64 --total-timesteps 512"
 TEMPLATE = REPO / "cleanrl_utils" / "templates" / "slurm_array.sbatch"
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    (tmp_path / "cleanrl").symlink_to(REPO / "cleanrl")
-    return tmp_path
+def workdir(checkout_workdir: Path) -> Path:
+    return checkout_workdir
 
 
 def bench(args: list[str], cwd: Path, timeout: float = 600, **env: str):
-    return subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.benchmark", *args],
-        cwd=cwd,
-        env=script_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_module("benchmark", args, cwd, timeout, **env)
 
 
 def test_two_envs_two_seeds_two_workers(workdir):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import imageio
@@ -11,7 +10,7 @@ import pytest
 import torch
 
 from cleanrl_utils.procgen import procgen_unavailable_reason
-from conftest import REPO, check_ok, only_run_dir, read_scalars, run_script, script_env
+from conftest import check_ok, only_run_dir, read_scalars, run_module, run_script
 
 PROCGEN_UNAVAILABLE = procgen_unavailable_reason()
 
@@ -62,10 +61,7 @@ TINY = {
 
 
 def enjoy(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.enjoy", *args],
-        cwd=cwd, env=script_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    return run_module("enjoy", args, cwd)
 
 
 def train_tiny(script: str, workdir: Path) -> Path:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import matplotlib.image
 import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
 from cleanrl_utils.plot import plot_runs, smooth
-from conftest import REPO, check_ok, run_script, script_env
+from conftest import check_ok, run_module, run_script
 
 
 def fake_run(root, name, env_id, exp_name, seed, values):
@@ -50,11 +47,7 @@ def test_plot_command_on_runs_of_the_scripts(workdir):
         flags = ["--seed", str(seed), "--total-timesteps", "600"]
         flags += ["--num-envs", "2", "--num-steps", "100"] if script == "ppo.py" else ["--learning-starts", "300"]
         check_ok(run_script(script, flags, workdir))
-    proc = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.plot", "--runs", "runs", "--out", "plots", "--x", "wall_time",
-         "--smooth", "3"],
-        cwd=workdir, env=script_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = run_module("plot", ["--runs", "runs", "--out", "plots", "--x", "wall_time", "--smooth", "3"], workdir)
     check_ok(proc)
     assert "plots/CartPole-v1.png: 2 curves (dqn (1 seeds), ppo (2 seeds))" in proc.stdout
     assert "| CartPole-v1 | ppo | 2 |" in proc.stdout and "| CartPole-v1 | dqn | 1 |" in proc.stdout
@@ -62,8 +55,5 @@ def test_plot_command_on_runs_of_the_scripts(workdir):
 
 
 def test_plot_bad_input(workdir):
-    proc = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.plot", "--runs", "nowhere"],
-        cwd=workdir, env=script_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = run_module("plot", ["--runs", "nowhere"], workdir, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and "nowhere" in proc.stderr

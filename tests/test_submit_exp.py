@@ -120,10 +120,9 @@ def batch_url(moto_url):
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
+def workdir(checkout_workdir: Path) -> Path:
     # The submitter checks the script exists relative to where it runs (the repository root for users).
-    (tmp_path / "cleanrl").symlink_to(REPO / "cleanrl")
-    return tmp_path
+    return checkout_workdir
 
 
 def submit(args: list[str], cwd: Path, by_path: bool = False, timeout: float = 120):

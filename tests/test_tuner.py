@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 
 from cleanrl_utils.tuner import Tuner, read_metric
-from conftest import REPO, script_env
+from conftest import REPO, run_module
 
 TINY = "--num-envs 2 --num-steps 64 --total-timesteps 512"
 
@@ -43,14 +41,7 @@ def fake(tmp_path: Path) -> Path:
 
 
 def tune(args: list[str], cwd: Path, timeout: float = 600):
-    return subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.tuner", *args],
-        cwd=cwd,
-        env=script_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_module("tuner", args, cwd, timeout)
 
 
 def test_two_trials_of_ppo_then_the_same_study_continues(tmp_path):
