@@ -68,3 +68,39 @@ def test_env_groups_and_bf16_under_torchrun_keep_ranks_identical(workdir):
     assert sorted(r for r, _, _ in done) == ["0", "1"], proc.stdout[-3000:]
     assert {u for _, u, _ in done} == {str(3 * 2 * 2)}  # 3 iterations x 2 epochs x 2 minibatches
     assert len({h for _, _, h in done}) == 1  # identical parameters on both ranks
+
+
+def loss_inputs(n=16):
+    gen = torch.Generator().manual_seed(2)
+    obs, actions = batch(n)
+    old_logprobs = torch.full((n,), -1.4) + 0.1 * torch.randn(n, generator=gen)
+    advantages, returns, old_values = (torch.randn(n, generator=gen) for _ in range(3))
+    return obs, actions, old_logprobs, advantages, returns, old_values
+
+
+def test_compiled_loss_gives_the_same_loss_and_gradients():
+    module = load_script_module("ppo_atari.py")
+    args = module.Args()
+    eager_agent, _ = agents("ppo_atari.py")
+    compiled_agent = copy.deepcopy(eager_agent)
+    results = []
+    for agent, fn in ((eager_agent, module.ppo_loss), (compiled_agent, torch.compile(module.ppo_loss))):
+        loss, pg_loss, v_loss, entropy_loss, _, ratio = fn(agent, args, *loss_inputs())
+        loss.backward()
+        results.append(([loss, pg_loss, v_loss, entropy_loss, ratio], [p.grad for p in agent.parameters()]))
+    for a, b in zip(results[0][0], results[1][0], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+
+
+def test_compile_flag_trains_under_torchrun_with_identical_ranks(workdir):
+    flags = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
+             "--total-timesteps", "128", "--compile", "--env-backend", "ale", "--no-cuda"]  # fmt: skip
+    launcher = ["--nnodes=1", "--nproc_per_node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
+    proc = run_torchrun(launcher, "ppo_atari_multigpu.py", flags, workdir)
+    check_ok(proc)
+    done = re.findall(r"rank=(\d) done: updates=(\d+) episodes=\d+ param_sha256=(\w+)", proc.stdout)
+    assert sorted(r for r, _, _ in done) == ["0", "1"], proc.stdout[-3000:]
+    assert {u for _, u, _ in done} == {str(2 * 1 * 2)}  # 2 iterations x 1 epoch x 2 minibatches
+    assert len({h for _, _, h in done}) == 1
