@@ -32,6 +32,8 @@ FLAG_SETS = {
     "channels_last": ["--channels-last", "--env-groups", "1"],
     "env_groups_2": ["--channels-last", "--env-groups", "2"],
     "bf16": ["--channels-last", "--bf16", "--env-groups", "1"],
+    "ale": ["--channels-last", "--env-backend", "ale", "--env-groups", "1"],
+    "ale_bf16": ["--channels-last", "--bf16", "--env-backend", "ale", "--env-groups", "1"],
 }
 
 

@@ -4,17 +4,19 @@
 
 On the current machine (all its cores), with the agent and make_env of cleanrl/ppo_atari_multigpu.py:
   (a) env-only steps/s of 8 Breakout envs, random actions: in-process (SyncVectorEnv), subprocess
-      workers with shared memory (AsyncVectorEnv, what the scripts use), and envpool if installed;
-  (b) policy inference per env step (a batch of 8 observations, inference mode);
-  (c) update-only samples/s (PPO minibatch of 256: forward, loss, backward, Adam) for each variant
-      of layout and precision: fp32, channels_last, bf16 autocast, bf16 + channels_last;
+      workers with shared memory (AsyncVectorEnv, `--env-backend gymnasium`), ale_py's C++ vector
+      env behind the scripts' AleVecEnv (`--env-backend ale`), and envpool if installed;
+  (b) policy inference per env step (a batch of 8 observations, inference mode; with bf16 the
+      scripts' bf16 copy of the weights);
+  (c) update-only samples/s (PPO minibatch of 256 through the scripts' ppo_loss: forward, loss,
+      backward, Adam) for each variant of layout, precision and torch.compile;
   (d) end-to-end training SPS of ppo_atari.py and of ppo_atari_multigpu.py with 1 and 2 processes
       (torchrun, gloo) at the same global batch (8 envs x 128 steps, 4 minibatches, 4 epochs: the
       defaults), for each set of throughput flags; steady state: the steps between the end of the
       first iteration and the end of the last over the time between them.
 The sequential bound of a variant is 1 / (1/env + 1/inference + update_epochs/update): the SPS of a
 loop that steps the envs, acts and updates one after another with nothing overlapped, from (a) the
-subprocess env, (b) and (c) of the same variant. Measurements are repeated --reps times,
+variant's env backend, (b) and (c) of the same variant. Measurements are repeated --reps times,
 interleaved, and the medians are reported with each training SPS's ratio to its bound.
 """
 
@@ -41,13 +43,25 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 REPO = Path(__file__).resolve().parents[1]
 ENV_ID = "BreakoutNoFrameskip-v4"
-# name -> (channels_last, bf16, the script flags)
+# name -> (channels_last, bf16, env backend, torch.compile, the script flags)
 VARIANTS = {
-    "fp32": (False, False, ["--no-channels-last"]),
-    "channels_last": (True, False, ["--channels-last"]),
-    "bf16": (False, True, ["--no-channels-last", "--bf16"]),
-    "bf16+channels_last": (True, True, ["--channels-last", "--bf16"]),
+    "fp32": (False, False, "gymnasium", False, ["--no-channels-last"]),
+    "channels_last": (True, False, "gymnasium", False, ["--channels-last"]),
+    "bf16": (False, True, "gymnasium", False, ["--no-channels-last", "--bf16"]),
+    "bf16+channels_last": (True, True, "gymnasium", False, ["--channels-last", "--bf16"]),
+    "channels_last+ale": (True, False, "ale", False, ["--channels-last", "--env-backend", "ale"]),
+    "bf16+channels_last+ale": (True, True, "ale", False, ["--channels-last", "--bf16", "--env-backend", "ale"]),
+    "bf16+channels_last+ale+compile": (
+        True,
+        True,
+        "ale",
+        True,
+        ["--channels-last", "--bf16", "--env-backend", "ale", "--compile"],
+    ),  # fmt: skip
 }
+DEFAULT_VARIANTS = ["fp32", "channels_last", "bf16+channels_last", "channels_last+ale", "bf16+channels_last+ale",
+                    "bf16+channels_last+ale+compile"]  # fmt: skip
+ANALYSIS_HEADING = "## What was kept"
 TRAIN = ["--env-id", ENV_ID, "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4", "--no-cuda"]
 
 
@@ -69,6 +83,11 @@ def env_rate(module, kind: str, num_envs: int = 8, steps: int = 300) -> float | 
                             episodic_life=True, reward_clip=True, stack_num=4)  # fmt: skip
         envs.reset()
         sample = lambda: np.random.randint(0, envs.action_space.n, num_envs)  # noqa: E731
+    elif kind == "ale":
+        envs = module.AleVecEnv(ENV_ID, num_envs, num_threads=os.cpu_count())
+        envs.reset(seed=0)
+        envs.step = lambda actions: (envs.step_async(actions), envs.step_wait())
+        sample = lambda: np.random.randint(0, envs.single_action_space.n, num_envs)  # noqa: E731
     else:
         thunks = [module.make_env(ENV_ID, i, False, "bench") for i in range(num_envs)]
         if kind == "sync":
@@ -101,6 +120,8 @@ def inference_rate(module, channels_last: bool, bf16: bool, num_envs: int = 8, c
     """Env steps per second that the acting path alone allows (one call acts for num_envs envs)."""
     torch.set_num_threads(os.cpu_count())
     agent = make_agent(module, channels_last)
+    if bf16:
+        agent = agent.to(torch.bfloat16)  # as the scripts act: a bf16 copy of the weights, under autocast
     obs = torch.randint(0, 255, (num_envs, 4, 84, 84), dtype=torch.uint8)
     times = []
     for i in range(calls + 10):
@@ -119,26 +140,19 @@ def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, u
     obs = torch.randint(0, 255, (minibatch, 4, 84, 84), dtype=torch.uint8)
     actions = torch.randint(0, 4, (minibatch,))
     old_logprobs = torch.full((minibatch,), -np.log(4.0))
-    advantages, returns = torch.randn(minibatch), torch.randn(minibatch)
-
-    def ppo_loss():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
-        ratio = (newlogprob - old_logprobs).exp()
-        pg_loss = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 0.9, 1.1)).mean()
-        return pg_loss - 0.01 * entropy.mean() + 0.25 * ((newvalue.view(-1) - returns) ** 2).mean()
-
-    # torch.compile of the forward and loss; the backward runs through the compiled graph.
-    loss_fn = torch.compile(ppo_loss) if compiled else ppo_loss
+    advantages, returns, values = torch.randn(minibatch), torch.randn(minibatch), torch.randn(minibatch)
+    args = module.Args(bf16=bf16)
+    # The scripts' own loss; torch.compile of it as --compile does (the backward runs through the compiled graph).
+    loss_fn = torch.compile(module.ppo_loss) if compiled else module.ppo_loss
 
     def update():
-        loss = loss_fn()
+        loss = loss_fn(agent, args, obs, actions, old_logprobs, advantages, returns, values)[0]
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
         optimizer.step()
 
-    for _ in range(2):
+    for _ in range(3 if compiled else 2):
         update()
     times = []
     for _ in range(updates):
@@ -171,8 +185,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=6, help="training iterations of 1024 steps per run")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--env-groups", type=int, nargs="+", default=[1, 2], help="--env-groups values to train with")
+    parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS))
+    parser.add_argument("--env-groups", type=int, nargs="+", default=[1], help="--env-groups values to train with")
     parser.add_argument("--out", default=None, help="write the markdown report (and a PNG beside it)")
     parser.add_argument(
         "--compile-update", action="store_true", help="only: update rates with and without torch.compile"
@@ -181,14 +195,14 @@ def main() -> None:
     module = load_script()
     if opts.compile_update:
         for variant in opts.variants:
-            channels_last, bf16, _ = VARIANTS[variant]
+            channels_last, bf16 = VARIANTS[variant][:2]
             rates = [update_rate(module, channels_last, bf16, compiled=c) for c in (False, True)]
             print(f"{variant}: update {256000 / rates[0]:.0f} ms, compiled {256000 / rates[1]:.0f} ms per minibatch "
                   f"({rates[1] / rates[0]:.2f}x)")  # fmt: skip
         return
     accepts_flags = "channels_last" in load_script("ppo_atari").Args.__dataclass_fields__
 
-    env = {kind: [] for kind in ("sync", "async", "envpool")}
+    env = {kind: [] for kind in ("sync", "async", "ale", "envpool")}
     infer = {v: [] for v in opts.variants}
     update = {v: [] for v in opts.variants}
     # (script, processes, variant, env groups) -> SPS samples
@@ -208,24 +222,24 @@ def main() -> None:
             if rate is not None:
                 env[kind].append(rate)
         for variant in opts.variants:
-            channels_last, bf16, _ = VARIANTS[variant]
+            channels_last, bf16, _, compiled, _ = VARIANTS[variant]
             infer[variant].append(inference_rate(module, channels_last, bf16))
-            update[variant].append(update_rate(module, channels_last, bf16))
+            update[variant].append(update_rate(module, channels_last, bf16, compiled=compiled))
         for config in configs:
             script, nproc, variant, groups = config
-            flags = [] if variant is None else [*VARIANTS[variant][2], "--env-groups", str(groups)]
+            flags = [] if variant is None else [*VARIANTS[variant][4], "--env-groups", str(groups)]
             train[config].append(training_sps(script, nproc, flags, opts.iterations))
             print(f"rep {rep}: {config} {train[config][-1]:.0f} SPS", flush=True)
 
     med = statistics.median
-    env_async = med(env["async"])
 
     def bound(variant):
-        return 1.0 / (1.0 / env_async + 1.0 / med(infer[variant]) + 4.0 / med(update[variant]))
+        env_rate_ = med(env["async" if VARIANTS[variant][2] == "gymnasium" else "ale"])
+        return 1.0 / (1.0 / env_rate_ + 1.0 / med(infer[variant]) + 4.0 / med(update[variant]))
 
     lines = ["| measurement | median |", "|---|---|"]
     for kind, label in (("sync", "in-process (SyncVectorEnv)"), ("async", "subprocess workers, shared memory"),
-                        ("envpool", "envpool")):  # fmt: skip
+                        ("ale", "ale_py vector env (`--env-backend ale`)"), ("envpool", "envpool")):  # fmt: skip
         value = f"{med(env[kind]):.0f}" if env[kind] else "not installed"
         lines.append(f"| (a) env-only steps/s, 8 envs, {label} | {value} |")
     for variant in opts.variants:
@@ -246,12 +260,12 @@ def main() -> None:
             )
             chart.append((f"{script[:-3]} fp32", sps, bound("fp32")))
             continue
-        flags = " ".join([*VARIANTS[variant][2], "--env-groups", str(groups)])
+        flags = " ".join([*VARIANTS[variant][4], "--env-groups", str(groups)])
         rows.append(
             f"| {script} | {nproc} | `{flags}` | {sps:.0f} | {bound(variant):.0f} | {sps / bound(variant):.2f} |"
         )
         short = "multigpu" if "multigpu" in script else "ppo_atari"
-        label = variant.replace("channels_last", "CL")
+        label = variant.replace("channels_last", "CL").replace("compile", "cmp")
         chart.append((f"{short} x{nproc} {label} g{groups}", sps, bound(variant)))
     table_train = "\n".join(rows)
     print(table_parts + "\n\n" + table_train)
@@ -280,6 +294,12 @@ def write_report(opts, table_parts, table_train, chart):
                f"Python {platform.python_version()}")  # fmt: skip
     command = (f"python benchmark/throughput.py --reps {opts.reps} --iterations {opts.iterations} --variants "
                f"{' '.join(opts.variants)} --env-groups {' '.join(map(str, opts.env_groups))} --out {opts.out}")  # fmt: skip
+    # The reading written by hand below the measured tables (from "## What was kept" on) is kept.
+    analysis = ""
+    if Path(opts.out).exists():
+        previous = Path(opts.out).read_text()
+        if ANALYSIS_HEADING in previous:
+            analysis = "\n" + previous[previous.index(ANALYSIS_HEADING) :]
     Path(opts.out).write_text(
         "# Throughput of the Atari PPO training loop\n\n"
         f"Measured {time.strftime('%Y-%m-%d')} on {machine}; medians of {opts.reps} interleaved repetitions.\n\n"
@@ -288,11 +308,14 @@ def write_report(opts, table_parts, table_train, chart):
         "## Training against the sequential bound\n\n"
         f"Runs: `{' '.join(TRAIN)} --num-envs 8 --total-timesteps {1024 * opts.iterations}` plus the flags below "
         "(global batch 1024: 8 envs in all, whatever the number of processes; one torch thread per process "
-        "under torchrun on 2 cores). The bound of a row uses the env rate of the subprocess workers and the "
-        "inference and update rates of the row's layout/precision; `--env-groups 2` overlaps the emulators of one "
-        "half of the envs with the inference of the other half, which the bound does not allow for.\n\n"
+        "under torchrun on 2 cores). The bound of a row uses the env rate of the row's env backend and the "
+        "inference and update rates of the row's layout, precision and compilation; `--env-groups 2` overlaps the "
+        "emulators of one half of the envs with the inference of the other half, which the bound does not allow "
+        "for. Training SPS is the steady state: from the end of the first iteration (which includes torch.compile's "
+        "compilation) to the end of the last.\n\n"
         + table_train
         + f"\n\n![training SPS vs bound]({png.name})\n"
+        + analysis
     )
 
 

@@ -104,3 +104,17 @@ def test_compile_flag_trains_under_torchrun_with_identical_ranks(workdir):
     assert sorted(r for r, _, _ in done) == ["0", "1"], proc.stdout[-3000:]
     assert {u for _, u, _ in done} == {str(2 * 1 * 2)}  # 2 iterations x 1 epoch x 2 minibatches
     assert len({h for _, _, h in done}) == 1
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bf16_acting_copy_gives_exactly_the_autocast_outputs(script):
+    # The rollout under --bf16 acts with a bf16 copy of the weights instead of autocast casting them per step.
+    _, agent = agents(script)
+    acting = copy.deepcopy(agent).to(torch.bfloat16)
+    obs, actions = batch(4)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        outputs = agent.get_action_and_value(obs, actions), acting.get_action_and_value(obs, actions)
+        for a, b in zip(*outputs, strict=True):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+        assert torch.equal(agent.get_value(obs), acting.get_value(obs))
+    assert acting.network[0].weight.is_contiguous(memory_format=torch.channels_last)
