@@ -54,6 +54,10 @@ run ppo_cuda python "$repo/cleanrl/ppo.py" --total-timesteps 50000
 run ppo_atari_cuda python "$repo/cleanrl/ppo_atari.py" $atari
 run ppo_continuous_cuda python "$repo/cleanrl/ppo_continuous_action.py" --env-id HalfCheetah-v5 --total-timesteps 20480
 run multigpu_1proc_cuda python "$repo/cleanrl/ppo_atari_multigpu.py" $atari
+# The throughput options on CUDA: ALE's C++ vector env, bf16 autocast with the bf16 acting copy, torch.compile.
+run multigpu_1proc_cuda_ale_bf16 python "$repo/cleanrl/ppo_atari_multigpu.py" $atari --env-backend ale --bf16
+run multigpu_1proc_cuda_ale_bf16_compile python "$repo/cleanrl/ppo_atari_multigpu.py" $atari --env-backend ale \
+    --bf16 --compile
 # NCCL, one process per GPU (1 GPU: a single NCCL process, which still runs the NCCL collectives).
 run "multigpu_nccl_${gpus}proc" torchrun --standalone --nproc_per_node="$gpus" "$repo/cleanrl/ppo_atari_multigpu.py" \
     $atari --num-envs $((8 * gpus)) --backend nccl

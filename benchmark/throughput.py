@@ -136,7 +136,7 @@ def inference_rate(module, channels_last: bool, bf16: bool, num_envs: int = 8, c
 def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, updates: int = 12, compiled=False):
     torch.set_num_threads(os.cpu_count())
     agent = make_agent(module, channels_last)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5, fused=True)  # as the scripts
     obs = torch.randint(0, 255, (minibatch, 4, 84, 84), dtype=torch.uint8)
     actions = torch.randint(0, 4, (minibatch,))
     old_logprobs = torch.full((minibatch,), -np.log(4.0))
