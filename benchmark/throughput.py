@@ -187,6 +187,13 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=6, help="training iterations of 1024 steps per run")
     parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS))
     parser.add_argument("--env-groups", type=int, nargs="+", default=[1], help="--env-groups values to train with")
+    parser.add_argument(
+        "--overlap-variants",
+        nargs="*",
+        default=["bf16+channels_last+ale"],
+        choices=list(VARIANTS),
+        help="variants also trained with --env-groups 2 (stepping one half while acting for the other)",
+    )
     parser.add_argument("--out", default=None, help="write the markdown report (and a PNG beside it)")
     parser.add_argument(
         "--compile-update", action="store_true", help="only: update rates with and without torch.compile"
@@ -208,7 +215,8 @@ def main() -> None:
     # (script, processes, variant, env groups) -> SPS samples
     configs = []
     for variant in opts.variants:
-        for groups in opts.env_groups:
+        groups_list = sorted({*opts.env_groups, 2}) if variant in opts.overlap_variants else opts.env_groups
+        for groups in groups_list:
             configs.append(("ppo_atari_multigpu.py", 1, variant, groups))
             configs.append(("ppo_atari_multigpu.py", 2, variant, groups))
             if accepts_flags:
@@ -293,7 +301,8 @@ def write_report(opts, table_parts, table_train, chart):
     machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, torch {torch.__version__}, "
                f"Python {platform.python_version()}")  # fmt: skip
     command = (f"python benchmark/throughput.py --reps {opts.reps} --iterations {opts.iterations} --variants "
-               f"{' '.join(opts.variants)} --env-groups {' '.join(map(str, opts.env_groups))} --out {opts.out}")  # fmt: skip
+               f"{' '.join(opts.variants)} --env-groups {' '.join(map(str, opts.env_groups))} --overlap-variants "
+               f"{' '.join(opts.overlap_variants)} --out {opts.out}")  # fmt: skip
     # The reading written by hand below the measured tables (from "## What was kept" on) is kept.
     analysis = ""
     if Path(opts.out).exists():
