@@ -226,11 +226,14 @@ class AleVecEnv:
     Kept from make_env: 30 no-op starts, frame skip 4 with a max over the last two frames, 84x84
     grayscale, a stack of 4, FIRE at reset, a lost life ends the episode for learning
     (``terminated``) while the game goes on, rewards clipped to their sign, and episode statistics
-    of whole games with unclipped rewards. The differences (docs/benchmarks/throughput.md): after a
-    lost life the game goes on without EpisodicLifeEnv's no-op step and FireResetEnv's FIRE (the
-    agent presses FIRE itself); grayscale and resizing are ALE's, not OpenCV's; episode lengths are
-    the emulator's frame counter; no video. ALE's own ``episodic_life`` restarts the whole game at
-    every lost life, which is why lives are followed here instead.
+    of whole games with unclipped rewards. FIRE after a lost life: make_env presses it in hidden
+    steps (EpisodicLifeEnv's no-op, then FireResetEnv's FIRE and action 2); here the first step
+    after a lost life sends FIRE in place of the agent's action (the agent's sampled action is still
+    what is stored: it simply has no effect there, as on a reset step), so no game stalls waiting
+    for the agent to relaunch the ball. Other differences (docs/benchmarks/throughput.md): grayscale
+    and resizing are ALE's, not OpenCV's; episode lengths are the emulator's frame counter; no video.
+    ALE's own ``episodic_life`` restarts the whole game at every lost life, which is why lives are
+    followed here instead.
     """
 
     def __init__(self, env_id, num_envs, num_threads):
@@ -261,14 +264,20 @@ class AleVecEnv:
         self.single_action_space = self.envs.single_action_space
         self.action_space = self.envs.action_space
         self.returns = np.zeros(num_envs)  # unclipped return of the game so far
+        names = [action.name for action in self.envs.ale.get_action_set()]
+        self.fire = names.index("FIRE") if "FIRE" in names else None
+        self.fire_next = np.zeros(num_envs, dtype=bool)  # envs that lost a life at their last step
 
     def reset(self, seed=None):
         obs, info = self.envs.reset(seed=seed)
         self.lives, self.frames = info["lives"].copy(), info["episode_frame_number"].copy()
         self.returns[:] = 0.0
+        self.fire_next[:] = False
         return obs, {}
 
     def step_async(self, actions):
+        if self.fire is not None and self.fire_next.any():
+            actions = np.where(self.fire_next, self.fire, actions)
         self.envs.send(actions)
 
     def step_wait(self):
@@ -287,6 +296,7 @@ class AleVecEnv:
             }
             self.returns[game_over] = 0.0
         self.lives, self.frames = info["lives"].copy(), info["episode_frame_number"].copy()
+        self.fire_next = life_lost
         return obs, np.sign(reward).astype(np.float32), terminated | life_lost, truncated, infos
 
     def close(self):

@@ -27,19 +27,23 @@ def raw_twin(num_envs, max_frames=108_000, game="breakout"):
                           max_num_frames_per_episode=max_frames)  # fmt: skip
 
 
-def step_both(adapter, raw, steps, seed=3):
+def step_both(adapter, raw, steps, seed=3, allowed=None):
+    """Step the adapter and the raw twin with the same actions; yields (adapter step, raw step, lives before)."""
     adapter.reset(seed=seed)
     _, info = raw.reset(seed=seed)
     rng = np.random.default_rng(seed)
     lives = info["lives"].copy()
+    lost = np.zeros(adapter.num_envs, dtype=bool)
     for _ in range(steps):
-        # FIRE often: in Breakout the ball only comes back after each lost life with FIRE.
-        n = adapter.single_action_space.n
-        actions = np.where(rng.random(adapter.num_envs) < 0.5, 1, rng.integers(0, n, adapter.num_envs))
+        choices = allowed if allowed is not None else np.arange(adapter.single_action_space.n)
+        actions = rng.choice(choices, adapter.num_envs)
         adapter.step_async(actions)
         got = adapter.step_wait()
-        want = raw.step(actions)
+        # The rule under test: the step after a lost life sends FIRE (action 1) whatever the agent chose.
+        want = raw.step(np.where(lost, 1, actions))
         yield got, want, lives
+        game_over = want[2] | want[3]
+        lost = (want[4]["lives"] < lives) & ~game_over
         lives = want[4]["lives"].copy()
 
 
@@ -83,6 +87,20 @@ def test_lost_lives_terminate_rewards_are_clipped_and_games_are_reported_whole(s
     assert len(games) >= 2 and life_losses >= 2 * len(games)  # three lives per game
     assert max(games) > 100  # unclipped: the clipped return of a game is a few dozen at most
     assert continued > 0  # after a lost life the same game went on (lives kept falling, no restart)
+    adapter.close()
+    raw.close()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_step_after_a_lost_life_fires_so_breakout_never_stalls(script):
+    # An agent that never chooses FIRE: in Breakout the ball only comes back with FIRE after a lost life.
+    module = load_script_module(script)
+    adapter, raw = module.AleVecEnv("BreakoutNoFrameskip-v4", 2, num_threads=1), raw_twin(2)
+    life_losses = np.zeros(2, dtype=int)
+    for (obs, _, terminated, _, _), (raw_obs, _, raw_term, _, _), _ in step_both(adapter, raw, 1500, allowed=[0, 2, 3]):
+        np.testing.assert_array_equal(obs, raw_obs)  # the twin is sent FIRE after each lost life
+        life_losses += terminated & ~raw_term
+    assert (life_losses >= 4).all(), life_losses  # without the FIRE the first lost life would be the last
     adapter.close()
     raw.close()
 
