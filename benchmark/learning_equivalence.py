@@ -96,6 +96,9 @@ def main() -> None:
         plot_dir = Path(opts.out).with_suffix("")
         plot_runs(str(work), str(plot_dir), window=20, last_n=opts.last_n)
         machine = f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, Python {platform.python_version()}"
+        # The reading written by hand below the table (from "## Reading" on) is kept.
+        previous = Path(opts.out).read_text() if Path(opts.out).exists() else ""
+        reading = "\n" + previous[previous.index("## Reading") :] if "## Reading" in previous else ""
         Path(opts.out).write_text(
             "# Do the throughput options change what is learned?\n\n"
             f"Measured {time.strftime('%Y-%m-%d')} on {machine}.\n\n"
@@ -108,6 +111,7 @@ def main() -> None:
             "a difference within about two standard errors is within noise.\n\n"
             + table
             + f"\n\n![Breakout learning curves]({plot_dir.name}/BreakoutNoFrameskip-v4.png)\n"
+            + reading
         )
 
 

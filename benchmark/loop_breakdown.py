@@ -92,8 +92,9 @@ def main() -> None:
         proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
         if proc.returncode != 0:
             raise SystemExit(f"error: the run failed:\n{proc.stderr[-3000:]}")
-    reports = sorted((json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()
-                      if line.startswith("BREAKDOWN ")), key=lambda r: r["rank"])  # fmt: skip
+    # Ranks print concurrently, so two reports can share a line: match them anywhere in the output.
+    found = re.findall(r"BREAKDOWN (\{[^{}]*\})", proc.stdout)
+    reports = sorted((json.loads(text) for text in found), key=lambda r: r["rank"])
     phases = [k for k in reports[0] if k not in ("rank", "iterations")]
     print(f"seconds per iteration (1024 env steps in all), {opts.nproc} process(es), flags: {opts.flags or '(none)'}")
     print("| phase | " + " | ".join(f"rank {r['rank']}" for r in reports) + " |")

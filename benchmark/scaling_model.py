@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--allreduce", default="docs/benchmarks/allreduce_scaling.json")
     parser.add_argument("--env-per-core", type=float, required=True, help="measured Atari env steps/s per core")
-    parser.add_argument("--envpool-per-core", type=float, default=2800.0, help="envpool steps/s per core")
+    parser.add_argument("--vector-env-per-core", type=float, default=2800.0,
+                        help="steps/s per core of a C++ vector env: --env-backend ale (ale_py), or envpool")  # fmt: skip
     parser.add_argument("--update-per-core", type=float, required=True, help="measured update samples/s per core")
     parser.add_argument("--infer-per-core", type=float, default=None, help="measured inference env steps/s per core")
     parser.add_argument("--gpu-update", type=float, default=40000.0, help="assumed update samples/s per GPU")
@@ -81,7 +83,8 @@ def main() -> None:
 
     out = ["# Scaling past this machine: a model of SPS for 1-8 nodes x 1-8 GPUs\n"]
     out.append(
-        f"Computed {time.strftime('%Y-%m-%d')} by `benchmark/scaling_model.py` (its docstring gives the model).\n"
+        f"Computed {time.strftime('%Y-%m-%d')} by `benchmark/scaling_model.py` (its docstring gives the model):\n\n"
+        f"```bash\npython benchmark/scaling_model.py {' '.join(sys.argv[1:])}\n```\n"
     )
     out.append("## Measured inputs (this machine: 2 CPU cores, no GPU)\n")
     if measured:
@@ -104,12 +107,14 @@ def main() -> None:
         out.append("is a property of this box, not of a network; the model below uses the stated network figures.\n")
     out.append(f"- Atari env steps/s per core (subprocess workers, Breakout, Atari wrappers): {opts.env_per_core:.0f}")
     out.append(f"- PPO update samples/s per core (Nature CNN, bf16 + channels_last): {opts.update_per_core:.0f}")
+    out.append(f"- Atari env steps/s per core, C++ vector env (`--env-backend ale`): {opts.vector_env_per_core:.0f}")
     out.append(f"- inference env steps/s per core: {infer_core:.0f}\n")
+    out.append("(Each is a rate of docs/benchmarks/throughput.md, measured with both cores, divided by 2.)\n")
 
     out.append("## Assumptions\n")
     out.append(f"- GPU nodes: one process per GPU; each GPU's envs run on {opts.cores_per_gpu} CPU cores "
                f"({opts.cores_per_gpu * opts.env_per_core:.0f} steps/s with subprocess envs, "
-               f"{opts.cores_per_gpu * opts.envpool_per_core:.0f} with envpool at {opts.envpool_per_core:.0f}/core); "
+               f"{opts.cores_per_gpu * opts.vector_env_per_core:.0f} with the C++ vector env at {opts.vector_env_per_core:.0f}/core); "
                f"a GPU updates {opts.gpu_update:.0f} samples/s and acts for {opts.gpu_infer:.0f} env steps/s "
                "(Nature CNN, bf16; not measured here).")  # fmt: skip
     out.append(f"- Per process and iteration: {opts.batch} samples (e.g. 8 envs x 128 steps), 4 minibatches, 4 epochs: "
@@ -121,9 +126,9 @@ def main() -> None:
     out.append("")
 
     env_gpu = opts.cores_per_gpu * opts.env_per_core
-    for envpool in (False, True):
-        env_rate = opts.cores_per_gpu * opts.envpool_per_core if envpool else env_gpu
-        label = "envpool" if envpool else "subprocess envs"
+    for cpp_env in (False, True):
+        env_rate = opts.cores_per_gpu * opts.vector_env_per_core if cpp_env else env_gpu
+        label = "C++ vector env (--env-backend ale)" if cpp_env else "subprocess envs"
         for net_name, network in NETWORKS.items():
             if net_name.startswith("12.5"):
                 continue
@@ -161,11 +166,11 @@ def main() -> None:
     out.append(f"\n(batch {batch_cpu:,} samples per node per iteration.)\n")
 
     gpu8 = {}
-    for envpool in (False, True):
-        env_rate = opts.cores_per_gpu * (opts.envpool_per_core if envpool else opts.env_per_core)
+    for cpp_env in (False, True):
+        env_rate = opts.cores_per_gpu * (opts.vector_env_per_core if cpp_env else opts.env_per_core)
         for gpus in (1, 8):
             t_ar = t_allreduce(8, gpus, NETWORKS["25 Gb/s Ethernet, TCP"])
-            gpu8[(envpool, gpus)] = sps(8 * gpus, opts.batch, env_rate, opts.gpu_infer, opts.gpu_update, t_ar)[0]
+            gpu8[(cpp_env, gpus)] = sps(8 * gpus, opts.batch, env_rate, opts.gpu_infer, opts.gpu_update, t_ar)[0]
     out.append("## The article's claim: more than 100k environment steps/s on 8 nodes\n")
     verdict_cpu = "supports" if cpu_results[8] > 1e5 else "does not support"
     out.append(
@@ -181,8 +186,8 @@ def main() -> None:
     settings = {
         (False, 1): "1 GPU per node, subprocess envs",
         (False, 8): "8 GPUs per node, subprocess envs",
-        (True, 1): "1 GPU per node, envpool",
-        (True, 8): "8 GPUs per node, envpool",
+        (True, 1): "1 GPU per node, C++ vector env",
+        (True, 8): "8 GPUs per node, C++ vector env",
     }
     above = [f"{settings[key]} ({value / 1000:.0f}k)" for key, value in gpu8.items() if value > 1e5]
     below = [f"{settings[key]} ({value / 1000:.0f}k)" for key, value in gpu8.items() if value <= 1e5]

@@ -118,3 +118,22 @@ def test_bf16_acting_copy_gives_exactly_the_autocast_outputs(script):
             assert a.dtype == b.dtype and torch.equal(a, b)
         assert torch.equal(agent.get_value(obs), acting.get_value(obs))
     assert acting.network[0].weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_fused_adam_takes_the_steps_of_the_unfused_loop():
+    # The Atari PPO scripts use Adam(fused=True): the same update rule, up to the rounding of its kernel.
+    plain, _ = agents("ppo_atari.py")
+    fused = copy.deepcopy(plain)
+    optimizers = [torch.optim.Adam(plain.parameters(), lr=2.5e-4, eps=1e-5),
+                  torch.optim.Adam(fused.parameters(), lr=2.5e-4, eps=1e-5, fused=True)]  # fmt: skip
+    obs, actions = batch(8)
+    for _ in range(20):
+        for agent, optimizer in zip((plain, fused), optimizers, strict=True):
+            _, logprob, entropy, value = agent.get_action_and_value(obs, actions)
+            optimizer.zero_grad()
+            (logprob.mean() + 0.01 * entropy.mean() + value.pow(2).mean()).backward()
+            optimizer.step()
+    for a, b in zip(plain.parameters(), fused.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    start = agents("ppo_atari.py")[0].parameters()
+    assert any(not torch.equal(a, b) for a, b in zip(plain.parameters(), start, strict=True))  # it did move
