@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -84,6 +85,26 @@ def free_port() -> int:
 def check_ok(proc: subprocess.CompletedProcess) -> None:
     out, err = proc.stdout or "", proc.stderr or ""
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{out[-4000:]}\nstderr:\n{err[-4000:]}"
+
+
+def rank_lines(output: str) -> dict[int, dict]:
+    """The `rank=R done: updates=U episodes=E param_sha256=H` lines of ppo_atari_multigpu.py, by rank."""
+    done = {}
+    for m in re.finditer(r"rank=(\d+) done: updates=(\d+) episodes=(\d+) param_sha256=([0-9a-f]{64})", output):
+        done[int(m.group(1))] = {"updates": int(m.group(2)), "episodes": int(m.group(3)), "sha": m.group(4)}
+    return done
+
+
+def train_two_ranks(flags: list[str], cwd: Path) -> dict[int, dict]:
+    """ppo_atari_multigpu.py under torchrun with 2 local processes; checks that both finished with
+    identical parameters and returns their done lines."""
+    launcher = ["--nnodes=1", "--nproc_per_node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
+    proc = run_torchrun(launcher, "ppo_atari_multigpu.py", flags, cwd)
+    check_ok(proc)
+    done = rank_lines(proc.stdout)
+    assert sorted(done) == [0, 1], proc.stdout[-3000:]
+    assert done[0]["sha"] == done[1]["sha"]  # identical parameters on both ranks
+    return done
 
 
 def only_run_dir(cwd: Path) -> Path:

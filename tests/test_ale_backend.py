@@ -8,14 +8,12 @@ vector env with the same seed and actions beside the adapter, so each step can b
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 from ale_py.vector_env import AtariVectorEnv
 from gymnasium.vector import AutoresetMode
 
-from conftest import check_ok, free_port, load_script_module, only_run_dir, read_scalars, run_script, run_torchrun
+from conftest import check_ok, load_script_module, only_run_dir, read_scalars, run_script, train_two_ranks
 
 SCRIPTS = ["ppo_atari.py", "ppo_atari_multigpu.py"]
 
@@ -142,9 +140,4 @@ def test_training_with_the_ale_backend_logs_whole_game_returns(script, workdir):
 def test_ale_backend_under_torchrun_keeps_ranks_identical(workdir):
     flags = ["--env-backend", "ale", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "2",
              "--update-epochs", "2", "--total-timesteps", "384", "--env-groups", "2", "--no-cuda"]  # fmt: skip
-    launcher = ["--nnodes=1", "--nproc_per_node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
-    proc = run_torchrun(launcher, "ppo_atari_multigpu.py", flags, workdir)
-    check_ok(proc)
-    done = re.findall(r"rank=(\d) done: updates=(\d+) episodes=\d+ param_sha256=(\w+)", proc.stdout)
-    assert sorted(r for r, _, _ in done) == ["0", "1"], proc.stdout[-3000:]
-    assert len({h for _, _, h in done}) == 1  # identical parameters on both ranks
+    train_two_ranks(flags, workdir)

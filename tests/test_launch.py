@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from cleanrl_utils import launch
-from conftest import REPO, SCRIPTS, free_port, script_env
+from conftest import REPO, SCRIPTS, free_port, rank_lines, script_env
 
 FLAGS = ["--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1"]
 FLAGS += ["--total-timesteps", "256"]
@@ -22,7 +22,7 @@ def ranks_started(output: str) -> dict[int, int]:
 
 
 def checksums(output: str) -> dict[int, str]:
-    return {int(r): h for r, h in re.findall(r"rank=(\d+) done: .*?param_sha256=([0-9a-f]{64})", output)}
+    return {rank: done["sha"] for rank, done in rank_lines(output).items()}
 
 
 def clean_env(**extra: str) -> dict[str, str]:

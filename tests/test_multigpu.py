@@ -15,6 +15,7 @@ from conftest import (
     check_ok,
     free_port,
     only_run_dir,
+    rank_lines,
     read_scalars,
     run_torchrun,
     script_env,
@@ -37,14 +38,6 @@ SMALL = [
     "--seed",
     "5",
 ]
-
-
-def rank_lines(output: str) -> dict[int, dict[str, str]]:
-    """The `rank=R ... done: updates=U episodes=E param_sha256=H` lines, by rank."""
-    done = {}
-    for m in re.finditer(r"rank=(\d+) done: updates=(\d+) episodes=(\d+) param_sha256=([0-9a-f]{64})", output):
-        done[int(m.group(1))] = {"updates": int(m.group(2)), "episodes": int(m.group(3)), "sha": m.group(4)}
-    return done
 
 
 def start_lines(output: str) -> dict[int, dict]:

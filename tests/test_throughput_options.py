@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import copy
-import re
 import types
 
 import gymnasium as gym
 import pytest
 import torch
 
-from conftest import check_ok, free_port, load_script_module, run_torchrun
+from conftest import check_ok, load_script_module, only_run_dir, read_scalars, run_script, train_two_ranks
 
 SCRIPTS = ["ppo_atari.py", "ppo_atari_multigpu.py"]
 
@@ -61,13 +60,8 @@ def test_bf16_autocast_keeps_fp32_outputs_close_to_fp32(script):
 def test_env_groups_and_bf16_under_torchrun_keep_ranks_identical(workdir):
     flags = ["--num-envs", "8", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
              "--total-timesteps", "384", "--env-groups", "2", "--bf16"]  # fmt: skip
-    launcher = ["--nnodes=1", "--nproc_per_node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
-    proc = run_torchrun(launcher, "ppo_atari_multigpu.py", flags, workdir)
-    check_ok(proc)
-    done = re.findall(r"rank=(\d) done: updates=(\d+) episodes=\d+ param_sha256=(\w+)", proc.stdout)
-    assert sorted(r for r, _, _ in done) == ["0", "1"], proc.stdout[-3000:]
-    assert {u for _, u, _ in done} == {str(3 * 2 * 2)}  # 3 iterations x 2 epochs x 2 minibatches
-    assert len({h for _, _, h in done}) == 1  # identical parameters on both ranks
+    done = train_two_ranks(flags, workdir)
+    assert {d["updates"] for d in done.values()} == {3 * 2 * 2}  # 3 iterations x 2 epochs x 2 minibatches
 
 
 def loss_inputs(n=16):
@@ -97,13 +91,8 @@ def test_compiled_loss_gives_the_same_loss_and_gradients():
 def test_compile_flag_trains_under_torchrun_with_identical_ranks(workdir):
     flags = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
              "--total-timesteps", "128", "--compile", "--env-backend", "ale", "--no-cuda"]  # fmt: skip
-    launcher = ["--nnodes=1", "--nproc_per_node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
-    proc = run_torchrun(launcher, "ppo_atari_multigpu.py", flags, workdir)
-    check_ok(proc)
-    done = re.findall(r"rank=(\d) done: updates=(\d+) episodes=\d+ param_sha256=(\w+)", proc.stdout)
-    assert sorted(r for r, _, _ in done) == ["0", "1"], proc.stdout[-3000:]
-    assert {u for _, u, _ in done} == {str(2 * 1 * 2)}  # 2 iterations x 1 epoch x 2 minibatches
-    assert len({h for _, _, h in done}) == 1
+    done = train_two_ranks(flags, workdir)
+    assert {d["updates"] for d in done.values()} == {2 * 1 * 2}  # 2 iterations x 1 epoch x 2 minibatches
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -137,3 +126,17 @@ def test_fused_adam_takes_the_steps_of_the_unfused_loop():
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     start = agents("ppo_atari.py")[0].parameters()
     assert any(not torch.equal(a, b) for a, b in zip(plain.parameters(), start, strict=True))  # it did move
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bf16_rollout_acts_with_the_weights_being_updated(script, workdir):
+    # One epoch of one minibatch: the update's first forward pass sees the weights the rollout acted
+    # with, so the stored log-probabilities must be recomputed exactly (old_approx_kl 0) at every
+    # iteration. An acting copy left stale after the first update gives a KL of about 7 here.
+    flags = ["--bf16", "--env-backend", "ale", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "1",
+             "--update-epochs", "1", "--learning-rate", "0.01", "--no-anneal-lr", "--total-timesteps", "640",
+             "--no-cuda", "--checkpoint-frequency", "0"]  # fmt: skip
+    proc = run_script(script, flags, workdir)
+    check_ok(proc)
+    kls = [v for _, v in read_scalars(only_run_dir(workdir))["losses/old_approx_kl"]]
+    assert len(kls) == 5 and max(abs(kl) for kl in kls) < 1e-4, kls
