@@ -39,7 +39,7 @@ def _mark(name):
 MARKS = [
     ("        finished = []  # (global_step, return, length)", "logging, checkpoint, lr", None),
     ("            global_step += args.num_envs\n", "rollout bookkeeping", None),
-    ("                    action, logprob, _, value = acting_agent.get_action_and_value(next_obs[sl])\n", None,
+    ("                    action, logprob, _, value = acting_agent.get_action_and_value(obs[step, sl])\n", None,
      "inference"),
     ("                group.step_async(action.cpu().numpy())\n", "rollout bookkeeping", "env step (send)"),
     ("                next_obs_np, reward, terminated, truncated, infos = group.step_wait()\n", None, "env step (wait)"),

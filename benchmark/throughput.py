@@ -123,11 +123,14 @@ def inference_rate(module, channels_last: bool, bf16: bool, num_envs: int = 8, c
     if bf16:
         agent = agent.to(torch.bfloat16)  # as the scripts act: a bf16 copy of the weights, under autocast
     obs = torch.randint(0, 255, (num_envs, 4, 84, 84), dtype=torch.uint8)
+    # As the scripts act: the frames are preprocessed into the rollout storage, and the policy reads them there.
+    storage = module.frame_storage((1,), (4, 84, 84), torch.bfloat16 if bf16 else torch.float32, channels_last, "cpu")
     times = []
     for i in range(calls + 10):
         start = time.perf_counter()
+        storage[0] = agent.preprocess(obs)
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            agent.get_action_and_value(obs)
+            agent.get_action_and_value(storage[0])
         if i >= 10:
             times.append(time.perf_counter() - start)
     return num_envs / statistics.median(times)
@@ -137,7 +140,11 @@ def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, u
     torch.set_num_threads(os.cpu_count())
     agent = make_agent(module, channels_last)
     optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5, fused=True)  # as the scripts
-    obs = torch.randint(0, 255, (minibatch, 4, 84, 84), dtype=torch.uint8)
+    # As the scripts update: minibatches gathered from a rollout storage of preprocessed frames (4 minibatches).
+    frames = torch.randint(0, 255, (4 * minibatch, 4, 84, 84), dtype=torch.uint8)
+    storage = module.frame_storage((4 * minibatch,), (4, 84, 84), torch.bfloat16 if bf16 else torch.float32,
+                                   channels_last, "cpu")  # fmt: skip
+    storage[:] = agent.preprocess(frames)
     actions = torch.randint(0, 4, (minibatch,))
     old_logprobs = torch.full((minibatch,), -np.log(4.0))
     advantages, returns, values = torch.randn(minibatch), torch.randn(minibatch), torch.randn(minibatch)
@@ -146,6 +153,7 @@ def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, u
     loss_fn = torch.compile(module.ppo_loss) if compiled else module.ppo_loss
 
     def update():
+        obs = storage[torch.randperm(4 * minibatch)[:minibatch]]
         loss = loss_fn(agent, args, obs, actions, old_logprobs, advantages, returns, values)[0]
         optimizer.zero_grad()
         loss.backward()
@@ -182,9 +190,9 @@ def training_sps(script: str, nproc: int, flags: list[str], iterations: int) -> 
 
 
 def micro(module) -> None:
-    """Two changes measured alone, on one thread (a process of a 2-process run), medians of 40 calls:
-    the channels_last input path (scale then reorder the floats, as before, against reorder the uint8
-    frames then scale, as features() does now) and Adam's for-loop against fused=True."""
+    """Changes measured alone, on one thread (a process of a 2-process run), medians of 40 calls:
+    the input path (how a minibatch of 128 frame stacks becomes the network's input, and what storing
+    that input in the rollout saves per bf16 update) and Adam's for-loop against fused=True."""
     torch.set_num_threads(1)
     frames = torch.randint(0, 255, (128, 4, 84, 84), dtype=torch.uint8)
     cl = torch.channels_last
@@ -197,10 +205,26 @@ def micro(module) -> None:
             times.append(time.perf_counter() - start)
         return 1000 * statistics.median(times[5:])
 
-    before = median_ms(lambda: (frames / 255.0).contiguous(memory_format=cl))
-    after = median_ms(lambda: frames.contiguous(memory_format=cl) / 255.0)
-    print(f"input path, minibatch of 128: scale then reorder {before:.1f} ms, reorder uint8 then scale {after:.1f} ms "
-          f"({before / after:.1f}x)")  # fmt: skip
+    old = median_ms(lambda: (frames.contiguous(memory_format=cl) / 255.0).to(torch.bfloat16))
+    new = median_ms(lambda: frames.contiguous(memory_format=cl).float().div_(255.0).to(torch.bfloat16))
+    print(f"uint8 frames -> bf16 input, minibatch of 128: frames / 255.0 {old:.1f} ms, frames.float().div_(255.0) "
+          f"{new:.1f} ms (same values)")  # fmt: skip
+    agent = make_agent(module, channels_last=True)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5, fused=True)
+    args = module.Args(bf16=True)
+    stored = agent.preprocess(frames).to(torch.bfloat16)
+    n = len(frames)
+    rest = (torch.randint(0, 4, (n,)), torch.full((n,), -1.4), torch.randn(n), torch.randn(n), torch.randn(n))
+
+    def update(obs):
+        loss = module.ppo_loss(agent, args, obs, *rest)[0]
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    from_frames, from_storage = median_ms(lambda: update(frames)), median_ms(lambda: update(stored))
+    print(f"bf16 update of a minibatch of 128: from uint8 frames {from_frames:.1f} ms, from the stored input "
+          f"{from_storage:.1f} ms ({from_frames - from_storage:.1f} ms of input conversion saved)")  # fmt: skip
     agent = make_agent(module, channels_last=True)
     for p in agent.parameters():
         p.grad = torch.randn_like(p) * 1e-3

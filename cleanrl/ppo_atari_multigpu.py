@@ -415,13 +415,19 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
-    channels_last = False  # set with the module's memory format: the input must match it
+    channels_last = False  # set with the module's memory format: preprocess() lays the input out to match
+
+    def preprocess(self, frames):
+        """uint8 frames -> the network's input: scaled to [0, 1] (exactly frames / 255.0), in the module's layout."""
+        if self.channels_last:
+            # Reordered while still uint8 (a quarter of the bytes to move); float() and div_ keep the layout.
+            frames = frames.contiguous(memory_format=torch.channels_last)
+        # The same values as frames / 255.0, which divides the uint8 tensor at half the speed on this CPU.
+        return frames.float().div_(255.0)
 
     def features(self, x):
-        if self.channels_last:
-            # Reordered while still uint8 (a quarter of the bytes to move); the division keeps the layout.
-            x = x.contiguous(memory_format=torch.channels_last)
-        return self.network(x / 255.0)
+        """x: uint8 frames, or frames already preprocessed (the rollout storage holds those)."""
+        return self.network(self.preprocess(x) if x.dtype == torch.uint8 else x)
 
     def get_value(self, x):
         return self.critic(self.features(x)).float()
@@ -435,6 +441,16 @@ class Agent(nn.Module):
         if action is None:
             action = probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).float()
+
+
+def frame_storage(batch_shape, frame_shape, dtype, channels_last, device):
+    """Zeros for a batch of preprocessed frame stacks (C, H, W). With channels_last each stack is laid
+    out channels-innermost, so that storage[step] and the flattened batch are channels_last tensors
+    the network reads without a reorder."""
+    if not channels_last:
+        return torch.zeros(batch_shape + frame_shape, dtype=dtype, device=device)
+    c, h, w = frame_shape
+    return torch.zeros(batch_shape + (h, w, c), dtype=dtype, device=device).movedim(-1, len(batch_shape))
 
 
 def compute_gae(rewards, values, terminations, truncations, final_values, next_value, gamma, gae_lambda):
@@ -699,9 +715,13 @@ if __name__ == "__main__":
 
     stop = StopRequest(when="at the end of the current iteration").install()
 
-    # ALGO Logic: Storage setup (frames as uint8, scaled inside the network)
+    # ALGO Logic: Storage setup
+    # Frames are stored as the network's input, converted once when they arrive: scaled to [0, 1],
+    # channels-last with --channels-last, bf16 with --bf16 (the values autocast would cast them to).
+    # The update reads each frame in 4 epochs; converting it there each time cost 13 of 60 ms per minibatch.
     shape = (args.num_steps, args.local_num_envs)
-    obs = torch.zeros(shape + envs.single_observation_space.shape, dtype=torch.uint8).to(device)
+    input_dtype = torch.bfloat16 if args.bf16 else torch.float32
+    obs = frame_storage(shape, envs.single_observation_space.shape, input_dtype, args.channels_last, device)
     actions = torch.zeros(shape + envs.single_action_space.shape).to(device)
     logprobs = torch.zeros(shape).to(device)
     rewards = torch.zeros(shape).to(device)
@@ -737,12 +757,12 @@ if __name__ == "__main__":
         for step in range(0, args.num_steps):
             # All processes step in lockstep, so global_step counts the envs of every process.
             global_step += args.num_envs
-            obs[step] = next_obs
+            obs[step] = agent.preprocess(next_obs)
             # Act for each group and send it stepping at once: with several groups, the emulators of
             # one group run in their workers while the policy computes the actions of the next.
             for group, sl in zip(env_groups, group_slices, strict=True):
                 with torch.inference_mode(), autocast():
-                    action, logprob, _, value = acting_agent.get_action_and_value(next_obs[sl])
+                    action, logprob, _, value = acting_agent.get_action_and_value(obs[step, sl])
                 values[step, sl] = value.flatten()
                 actions[step, sl] = action.to(actions.dtype)
                 logprobs[step, sl] = logprob

@@ -140,3 +140,29 @@ def test_bf16_rollout_acts_with_the_weights_being_updated(script, workdir):
     check_ok(proc)
     kls = [v for _, v in read_scalars(only_run_dir(workdir))["losses/old_approx_kl"]]
     assert len(kls) == 5 and max(abs(kl) for kl in kls) < 1e-4, kls
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("layout", ["plain", "channels_last"])
+def test_stored_frames_are_exactly_the_input_the_network_computed_from_uint8(script, layout):
+    # The rollout stores preprocess(frames) (in bf16 with --bf16) and the update reads it back: the
+    # values, the layout and every output must be those of the network fed the uint8 frames.
+    module = load_script_module(script)
+    agent = agents(script)[layout == "channels_last"]
+    obs, actions = batch(8)
+    x = agent.preprocess(obs)
+    assert x.dtype == torch.float32 and torch.equal(x, obs / 255.0)
+    assert x.is_contiguous(memory_format=torch.channels_last) == (layout == "channels_last")
+    for dtype, bf16 in ((torch.float32, False), (torch.bfloat16, True)):
+        storage = module.frame_storage((2, 4), (4, 84, 84), dtype, layout == "channels_last", "cpu")
+        storage[0], storage[1] = x[:4], x[4:]  # two rollout steps of 4 envs
+        flat = storage.reshape(-1, 4, 84, 84)
+        assert flat.data_ptr() == storage.data_ptr()  # flattening the batch is a view, not a copy
+        if layout == "channels_last":
+            assert storage[0].is_contiguous(memory_format=torch.channels_last)
+            assert flat[torch.tensor([5, 0, 3])].is_contiguous(memory_format=torch.channels_last)  # a minibatch
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            from_frames = agent.get_action_and_value(obs, actions)
+            from_storage = agent.get_action_and_value(flat, actions)
+        for a, b in zip(from_frames, from_storage, strict=True):
+            assert torch.equal(a, b)
