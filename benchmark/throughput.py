@@ -172,11 +172,12 @@ def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, u
     return minibatch / statistics.median(times)
 
 
-def training_sps(script: str, nproc: int, flags: list[str], iterations: int) -> float:
+def training_sps(script: str | Path, nproc: int, flags: list[str], iterations: int) -> float:
+    """Steady-state SPS of one run of a script of cleanrl/ (a name), or of any copy of one (a path)."""
     total = 1024 * iterations
     with tempfile.TemporaryDirectory() as tmp:
         args = [*TRAIN, "--total-timesteps", str(total), *flags, "--checkpoint-frequency", "0"]
-        path = str(REPO / "cleanrl" / script)
+        path = str(script if isinstance(script, Path) else REPO / "cleanrl" / script)
         if nproc == 1:
             cmd = [sys.executable, path, *args, "--num-envs", "8"]
         else:
