@@ -106,7 +106,7 @@ class Args:
     env_backend: Literal["gymnasium", "ale"] = "gymnasium"
     """`gymnasium`: the wrappers of make_env in subprocess workers; `ale`: ale_py's C++ vector env, 3x the env steps/s (see AleVecEnv)"""
     compile: bool = False
-    """torch.compile the minibatch loss and its backward pass (for GPUs: 0.99x on the project's CPU since frames are stored preprocessed; 10-20 s of compiling)"""
+    """torch.compile the minibatch loss and its backward pass, for GPUs (no gain on the project's CPU: 0.99x; 10-20 s of compiling)"""
 
     # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
@@ -513,8 +513,8 @@ if __name__ == "__main__":
     # channels-last with --channels-last, bf16 with --bf16 (the values autocast would cast them to).
     # The update reads each frame in 4 epochs without converting it again (1.15x SPS with --bf16 --env-backend ale).
     input_dtype = torch.bfloat16 if args.bf16 else torch.float32
-    obs_shape = envs.single_observation_space.shape
-    obs = frame_storage((args.num_steps, args.num_envs), obs_shape, input_dtype, args.channels_last, device)
+    shape = (args.num_steps, args.num_envs)
+    obs = frame_storage(shape, envs.single_observation_space.shape, input_dtype, args.channels_last, device)
     actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape).to(device)
     logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
     rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)

@@ -126,7 +126,7 @@ class Args:
     env_backend: Literal["gymnasium", "ale"] = "gymnasium"
     """`gymnasium`: the wrappers of make_env in subprocess workers; `ale`: ale_py's C++ vector env, 3x the env steps/s (see AleVecEnv)"""
     compile: bool = False
-    """torch.compile the minibatch loss and its backward pass (for GPUs: 0.99x on the project's CPU since frames are stored preprocessed; 10-20 s of compiling)"""
+    """torch.compile the minibatch loss and its backward pass, for GPUs (no gain on the project's CPU: 0.99x; 10-20 s of compiling)"""
 
     # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
