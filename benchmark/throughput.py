@@ -16,7 +16,10 @@ On the current machine (all its cores), with the agent and make_env of cleanrl/p
       first iteration and the end of the last over the time between them.
 The sequential bound of a variant is 1 / (1/env + 1/inference + update_epochs/update): the SPS of a
 loop that steps the envs, acts and updates one after another with nothing overlapped, from (a) the
-variant's env backend, (b) and (c) of the same variant. Measurements are repeated --reps times,
+variant's env backend, (b) and (c) of the same variant. A 2-process run does each part as two
+processes at once, each with half the envs, half the minibatch and half the cores, which can be
+faster than one process with all of them; so for the 2-process rows the parts are also measured
+that way, (a2), (b2) and (c2), and give a second, stricter bound. Measurements are repeated --reps times,
 interleaved, and the medians are reported with each training SPS's ratio to its bound.
 """
 
@@ -62,6 +65,7 @@ VARIANTS = {
 DEFAULT_VARIANTS = ["fp32", "channels_last", "bf16+channels_last", "channels_last+ale", "bf16+channels_last+ale",
                     "bf16+channels_last+ale+compile"]  # fmt: skip
 ANALYSIS_HEADING = "## What was kept"
+PART_WINDOW = 4.0  # seconds that the processes of part_rate_in_processes measure, all at the same time
 TRAIN = ["--env-id", ENV_ID, "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4", "--no-cuda"]
 
 
@@ -73,7 +77,8 @@ def load_script(name="ppo_atari_multigpu"):
     return module
 
 
-def env_rate(module, kind: str, num_envs: int = 8, steps: int = 300) -> float | None:
+def env_op(module, kind: str, num_envs: int, threads: int):
+    """(one vector step of random actions, env steps per call, close) for an env setup; None if not installed."""
     if kind == "envpool":
         try:
             import envpool
@@ -84,7 +89,7 @@ def env_rate(module, kind: str, num_envs: int = 8, steps: int = 300) -> float | 
         envs.reset()
         sample = lambda: np.random.randint(0, envs.action_space.n, num_envs)  # noqa: E731
     elif kind == "ale":
-        envs = module.AleVecEnv(ENV_ID, num_envs, num_threads=os.cpu_count())
+        envs = module.AleVecEnv(ENV_ID, num_envs, num_threads=threads)
         envs.reset(seed=0)
         envs.step = lambda actions: (envs.step_async(actions), envs.step_wait())
         sample = lambda: np.random.randint(0, envs.single_action_space.n, num_envs)  # noqa: E731
@@ -97,14 +102,22 @@ def env_rate(module, kind: str, num_envs: int = 8, steps: int = 300) -> float | 
         envs.reset(seed=0)
         envs.action_space.seed(0)
         sample = envs.action_space.sample
+    return (lambda: envs.step(sample())), num_envs, envs.close
+
+
+def env_rate(module, kind: str, num_envs: int = 8, steps: int = 300) -> float | None:
+    setup = env_op(module, kind, num_envs, os.cpu_count())
+    if setup is None:
+        return None
+    step, units, close = setup
     for _ in range(20):
-        envs.step(sample())
+        step()
     start = time.perf_counter()
     for _ in range(steps):
-        envs.step(sample())
+        step()
     elapsed = time.perf_counter() - start
-    envs.close()
-    return steps * num_envs / elapsed
+    close()
+    return steps * units / elapsed
 
 
 def make_agent(module, channels_last: bool):
@@ -116,9 +129,8 @@ def make_agent(module, channels_last: bool):
     return agent
 
 
-def inference_rate(module, channels_last: bool, bf16: bool, num_envs: int = 8, calls: int = 200) -> float:
-    """Env steps per second that the acting path alone allows (one call acts for num_envs envs)."""
-    torch.set_num_threads(os.cpu_count())
+def inference_op(module, channels_last: bool, bf16: bool, num_envs: int):
+    """(one acting call for num_envs envs, env steps per call), as the scripts act."""
     agent = make_agent(module, channels_last)
     if bf16:
         agent = agent.to(torch.bfloat16)  # as the scripts act: a bf16 copy of the weights, under autocast
@@ -127,19 +139,30 @@ def inference_rate(module, channels_last: bool, bf16: bool, num_envs: int = 8, c
     storage = module.frame_storage(
         (1, num_envs), (4, 84, 84), torch.bfloat16 if bf16 else torch.float32, channels_last, "cpu"
     )
-    times = []
-    for i in range(calls + 10):
-        start = time.perf_counter()
+
+    def act():
         storage[0] = agent.preprocess(obs)
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             agent.get_action_and_value(storage[0])
+
+    return act, num_envs
+
+
+def inference_rate(module, channels_last: bool, bf16: bool, num_envs: int = 8, calls: int = 200) -> float:
+    """Env steps per second that the acting path alone allows (one call acts for num_envs envs)."""
+    torch.set_num_threads(os.cpu_count())
+    act, units = inference_op(module, channels_last, bf16, num_envs)
+    times = []
+    for i in range(calls + 10):
+        start = time.perf_counter()
+        act()
         if i >= 10:
             times.append(time.perf_counter() - start)
-    return num_envs / statistics.median(times)
+    return units / statistics.median(times)
 
 
-def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, updates: int = 12, compiled=False):
-    torch.set_num_threads(os.cpu_count())
+def update_op(module, channels_last: bool, bf16: bool, minibatch: int, compiled=False):
+    """(one PPO minibatch update, samples per update), as the scripts update."""
     agent = make_agent(module, channels_last)
     optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5, fused=True)  # as the scripts
     # As the scripts update: minibatches gathered from a rollout storage of preprocessed frames (4 minibatches).
@@ -162,6 +185,12 @@ def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, u
         torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
         optimizer.step()
 
+    return update, minibatch
+
+
+def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, updates: int = 12, compiled=False):
+    torch.set_num_threads(os.cpu_count())
+    update, units = update_op(module, channels_last, bf16, minibatch, compiled)
     for _ in range(3 if compiled else 2):
         update()
     times = []
@@ -170,6 +199,54 @@ def update_rate(module, channels_last: bool, bf16: bool, minibatch: int = 256, u
         update()
         times.append(time.perf_counter() - start)
     return minibatch / statistics.median(times)
+
+
+def part_worker(part: str, name: str, nproc: int) -> None:
+    """One of nproc processes that measure a part at the same time (--part-worker): its share of the work
+    (8 // nproc envs, minibatches of 256 // nproc) on cores // nproc threads, as a rank of torchrun does.
+    It sets up and warms up, says "ready", waits for "go" on stdin, then works for PART_WINDOW seconds
+    and prints its rate."""
+    module = load_script()
+    threads = max(1, os.cpu_count() // nproc)
+    torch.set_num_threads(threads)
+    close = None
+    if part == "env":
+        op, units, close = env_op(module, name, 8 // nproc, threads)
+    else:
+        channels_last, bf16, _, compiled, _ = VARIANTS[name]
+        if part == "inference":
+            op, units = inference_op(module, channels_last, bf16, 8 // nproc)
+        else:
+            op, units = update_op(module, channels_last, bf16, 256 // nproc, compiled)
+    for _ in range(5):
+        op()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < PART_WINDOW:
+        op()
+        count += 1
+    rate = units * count / (time.perf_counter() - start)
+    if close is not None:
+        close()
+    print(rate, flush=True)
+
+
+def part_rate_in_processes(part: str, name: str, nproc: int = 2) -> float:
+    """The machine's rate for a part (env: a backend; inference, update: a variant) when nproc processes
+    each do their share at the same time, as the ranks of a torchrun job do: the sum of their rates."""
+    cmd = [sys.executable, __file__, "--part-worker", part, name, str(nproc)]
+    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(nproc)]
+    for proc in procs:  # all set up and warmed up before any starts
+        while (line := proc.stdout.readline()) and line.strip() != "ready":
+            pass
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    outs = [proc.communicate()[0] for proc in procs]
+    if any(proc.returncode != 0 for proc in procs):
+        raise SystemExit(f"error: a --part-worker {part} {name} process failed")
+    return sum(float(out.strip().splitlines()[-1]) for out in outs)
 
 
 def training_sps(script: str | Path, nproc: int, flags: list[str], iterations: int) -> float:
@@ -261,7 +338,12 @@ def main() -> None:
         "--compile-update", action="store_true", help="only: update rates with and without torch.compile"
     )
     parser.add_argument("--micro", action="store_true", help="only: the input path and fused Adam, alone")
+    parser.add_argument("--part-worker", nargs=3, metavar=("PART", "NAME", "NPROC"), help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    if opts.part_worker:
+        part, name, nproc = opts.part_worker
+        part_worker(part, name, int(nproc))
+        return
     module = load_script()
     if opts.micro:
         micro(module)
@@ -290,6 +372,10 @@ def main() -> None:
     if not accepts_flags:
         configs.append(("ppo_atari.py", 1, None, 1))
     train = {config: [] for config in configs}
+    # The parts also measured as the 2-process runs do them: two processes at once, each with its share.
+    two_proc = sorted({c[2] for c in configs if c[1] == 2 and c[2] is not None}, key=opts.variants.index)
+    env2 = {kind: [] for kind in sorted({"async" if VARIANTS[v][2] == "gymnasium" else "ale" for v in two_proc})}
+    infer2, update2 = {v: [] for v in two_proc}, {v: [] for v in two_proc}
     for rep in range(opts.reps):
         for kind in env:
             rate = env_rate(module, kind)
@@ -299,6 +385,11 @@ def main() -> None:
             channels_last, bf16, _, compiled, _ = VARIANTS[variant]
             infer[variant].append(inference_rate(module, channels_last, bf16))
             update[variant].append(update_rate(module, channels_last, bf16, compiled=compiled))
+        for kind in env2:
+            env2[kind].append(part_rate_in_processes("env", kind))
+        for variant in two_proc:
+            infer2[variant].append(part_rate_in_processes("inference", variant))
+            update2[variant].append(part_rate_in_processes("update", variant))
         for config in configs:
             script, nproc, variant, groups = config
             flags = [] if variant is None else [*VARIANTS[variant][4], "--env-groups", str(groups)]
@@ -307,9 +398,13 @@ def main() -> None:
 
     med = statistics.median
 
-    def bound(variant):
-        env_rate_ = med(env["async" if VARIANTS[variant][2] == "gymnasium" else "ale"])
-        return 1.0 / (1.0 / env_rate_ + 1.0 / med(infer[variant]) + 4.0 / med(update[variant]))
+    def bound(variant, nproc=1):
+        kind = "async" if VARIANTS[variant][2] == "gymnasium" else "ale"
+        if nproc == 2:
+            rates = med(env2[kind]), med(infer2[variant]), med(update2[variant])
+        else:
+            rates = med(env[kind]), med(infer[variant]), med(update[variant])
+        return 1.0 / (1.0 / rates[0] + 1.0 / rates[1] + 4.0 / rates[2])
 
     lines = ["| measurement | median |", "|---|---|"]
     for kind, label in (("sync", "in-process (SyncVectorEnv)"), ("async", "subprocess workers, shared memory"),
@@ -322,21 +417,33 @@ def main() -> None:
     for variant in opts.variants:
         lines.append(f"| (c) update-only samples/s, {variant} (ms per minibatch of 256) | {med(update[variant]):.0f} "
                      f"({256000 / med(update[variant]):.0f} ms) |")  # fmt: skip
+    for kind in env2:
+        label = "subprocess workers" if kind == "async" else "ale_py vector env"
+        lines.append(f"| (a2) env-only steps/s, 2 processes of 4 envs at once, {label} | {med(env2[kind]):.0f} |")
+    for variant in two_proc:
+        lines.append(f"| (b2) inference, {variant}, 2 processes of 4 envs at once: env steps/s | "
+                     f"{med(infer2[variant]):.0f} |")  # fmt: skip
+    for variant in two_proc:
+        lines.append(f"| (c2) update-only, {variant}, 2 processes with minibatches of 128 at once: samples/s | "
+                     f"{med(update2[variant]):.0f} |")  # fmt: skip
     table_parts = "\n".join(lines)
-    rows = ["| script | processes | flags | training SPS | sequential bound | ratio |", "|---|---|---|---|---|---|"]
+    rows = ["| script | processes | flags | training SPS | sequential bound | ratio | bound, parts as 2 processes "
+            "| ratio |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     chart = []
     for config in configs:
         script, nproc, variant, groups = config
         sps = med(train[config])
         if variant is None:
             rows.append(
-                f"| {script} | 1 | (none: fp32) | {sps:.0f} | {bound('fp32'):.0f} | {sps / bound('fp32'):.2f} |"
+                f"| {script} | 1 | (none: fp32) | {sps:.0f} | {bound('fp32'):.0f} | {sps / bound('fp32'):.2f} | - | - |"
             )
             chart.append((f"{script[:-3]} fp32", sps, bound("fp32")))
             continue
         flags = " ".join([*VARIANTS[variant][4], "--env-groups", str(groups)])
+        second = f"{bound(variant, 2):.0f} | {sps / bound(variant, 2):.2f}" if nproc == 2 else "- | -"
         rows.append(
-            f"| {script} | {nproc} | `{flags}` | {sps:.0f} | {bound(variant):.0f} | {sps / bound(variant):.2f} |"
+            f"| {script} | {nproc} | `{flags}` | {sps:.0f} | {bound(variant):.0f} | {sps / bound(variant):.2f} "
+            f"| {second} |"
         )
         short = "multigpu" if "multigpu" in script else "ppo_atari"
         label = variant.replace("channels_last", "CL").replace("compile", "cmp")
@@ -386,7 +493,8 @@ def write_report(opts, table_parts, table_train, chart):
         "under torchrun on 2 cores). The bound of a row uses the env rate of the row's env backend and the "
         "inference and update rates of the row's layout, precision and compilation; `--env-groups 2` overlaps the "
         "emulators of one half of the envs with the inference of the other half, which the bound does not allow "
-        "for. Training SPS is the steady state: from the end of the first iteration (which includes torch.compile's "
+        "for. The second bound of a 2-process row uses the parts measured as 2 processes at once, (a2) to (c2). "
+        "Training SPS is the steady state: from the end of the first iteration (which includes torch.compile's "
         "compilation) to the end of the last.\n\n"
         + table_train
         + f"\n\n![training SPS vs bound]({png.name})\n"
