@@ -40,7 +40,7 @@ RUNS = {
         ["--bf16", "--env-backend", "ale"],
     ),
 }
-# The platform notes' table (ms per minibatch of 256 with 2 and 1 torch threads; None: not measured there).
+# The platform notes' table: ms per minibatch of 256 with 2 and with 1 torch thread.
 NOTES_MS = {"fp32": (103, 191), "fp32, channels_last": (63, 111), "bf16 autocast, channels_last": (35, 62)}
 
 

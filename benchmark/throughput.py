@@ -240,6 +240,10 @@ def part_rate_in_processes(part: str, name: str, nproc: int = 2) -> float:
     for proc in procs:  # all set up and warmed up before any starts
         while (line := proc.stdout.readline()) and line.strip() != "ready":
             pass
+        if not line:  # it ended before it was ready: stop the others and say which part failed
+            for other in procs:
+                other.kill()
+            raise SystemExit(f"error: a --part-worker {part} {name} process failed while setting up")
     for proc in procs:
         proc.stdin.write("go\n")
         proc.stdin.flush()
