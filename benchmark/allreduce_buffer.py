@@ -1,4 +1,4 @@
-"""The gradient all_reduce of ppo_atari_multigpu.py with a new flat tensor per call against a reused one.
+"""The gradient all_reduce of ppo_atari_multigpu.py: a new flat tensor per call, a reused one, shared memory.
 
     torchrun --standalone --nproc_per_node=2 benchmark/allreduce_buffer.py
 
@@ -6,7 +6,8 @@ Each process holds gradients of the Nature-CNN actor-critic's shapes (1,686,693 
 averages them with the script's own all_reduce_gradients, --calls times per variant after a
 barrier, interleaving the variants over --rounds rounds. Rank 0 prints the median wall time per call
 and the minor page faults per call of its process. As in training, the gradients are new tensors
-at every call (zero_grad sets them to None); only the flat tensor that is all-reduced differs.
+at every call (zero_grad sets them to None). The variants: gloo's all_reduce of a new flat tensor,
+of the reused buffer, and the script's SharedMemorySum (the default on one CPU node) on that buffer.
 """
 
 from __future__ import annotations
@@ -42,18 +43,19 @@ def main() -> None:
     agent = module.Agent(types.SimpleNamespace(single_action_space=gym.spaces.Discrete(4)))
     params = list(agent.parameters())
     buffer = torch.empty(sum(p.numel() for p in params))
-    variants = {"new tensor per call": None, "reused buffer": buffer}
+    shared = module.SharedMemorySum(buffer.numel(), buffer.dtype, dist.get_rank(), world)
+    variants = {"new tensor per call": (None, None), "reused buffer": (buffer, None), "shared memory": (buffer, shared)}
     walls = {name: [] for name in variants}
     faults = {name: [] for name in variants}
     for _ in range(opts.rounds):
-        for name, reused in variants.items():
+        for name, (reused, shared_sum) in variants.items():
             for _ in range(opts.calls):
                 for p in params:
                     p.grad = torch.randn_like(p)
                 dist.barrier()
                 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 start = time.perf_counter()
-                module.all_reduce_gradients(params, world, reused)
+                module.all_reduce_gradients(params, world, reused, shared_sum)
                 walls[name].append(time.perf_counter() - start)
                 faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     if dist.get_rank() == 0:

@@ -47,7 +47,7 @@ MARKS = [
     ("                loss, pg_loss, v_loss, entropy_loss, logratio, ratio = loss_fn(\n", "GAE, shuffling", None),
     ("                optimizer.zero_grad()\n", "forward + loss (minibatch gather included)", None),
     ("                loss.backward()\n", None, "backward"),
-    ("                    all_reduce_gradients(agent.parameters(), world_size, grad_buffer)\n", None, "all_reduce (waits included)"),
+    ("                    all_reduce_gradients(agent.parameters(), world_size, grad_buffer, shared_sum)\n", None, "all_reduce (waits included)"),
     ("                optimizer.step()\n", None, "clip + Adam"),
     ("        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()\n", "update bookkeeping", None),
 ]  # fmt: skip

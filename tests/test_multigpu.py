@@ -17,6 +17,7 @@ from conftest import (
     only_run_dir,
     rank_lines,
     read_scalars,
+    run_script,
     run_torchrun,
     script_env,
     torchrun_command,
@@ -71,6 +72,7 @@ def test_two_processes_train_identically_and_log_all_episodes(workdir):
 
     starts = start_lines(proc.stdout)
     assert starts[0]["seeds"].isdisjoint(starts[1]["seeds"])
+    assert proc.stdout.count("(gradients: shared memory)") == 2  # one CPU node: the default sums in shared memory
 
 
 def test_parameters_are_broadcast_not_just_seeded(workdir):
@@ -160,6 +162,7 @@ def test_two_nodes_on_loopback(rendezvous, workdir):
     assert all(s["local_rank"] == 0 and s["world_size"] == 2 for s in starts.values())
     assert starts[0]["seeds"].isdisjoint(starts[1]["seeds"])
     assert done[0]["sha"] == done[1]["sha"]
+    assert "shared memory" not in both  # processes on different nodes sum with gloo's all_reduce
     # Only global rank 0 writes a run folder.
     runs = [sorted((workdir / f"node{n}").glob("runs/*")) for n in (0, 1)]
     assert sum(len(r) for r in runs) == 1
@@ -194,6 +197,58 @@ def test_gradient_averaging_unit(workdir):
     )
     check_ok(proc)
     assert proc.stdout.count("gradients averaged correctly") == 2
+    assert proc.stdout.count("shared-memory sums correct") == 2
+
+
+def test_gradient_averaging_unit_three_processes(workdir):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=3",
+            str(REPO / "tests" / "workers" / "grad_average_worker.py"),
+        ],
+        cwd=workdir,
+        env=script_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
+    check_ok(proc)
+    assert proc.stdout.count("shared-memory sums correct") == 3
+
+
+def test_shared_memory_gradients_train_exactly_as_the_backend(workdir):
+    # Two processes on one CPU node sum gradients in shared memory by default; with gloo's
+    # all_reduce instead (--grad-allreduce backend) training ends with the same parameters, to the bit.
+    flags = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2"]
+    flags += ["--total-timesteps", "128", "--seed", "3"]
+    shas = {}
+    for mode in ("auto", "backend"):
+        cwd = workdir / mode
+        cwd.mkdir()
+        proc = run_torchrun(["--standalone", "--nproc_per_node=2"], SCRIPT, [*flags, "--grad-allreduce", mode], cwd)
+        check_ok(proc)
+        assert ("(gradients: shared memory)" in proc.stdout) == (mode == "auto"), proc.stdout[-3000:]
+        done = rank_lines(proc.stdout)
+        assert done[0]["sha"] == done[1]["sha"] and done[0]["updates"] == 2 * 2 * 2
+        shas[mode] = done[0]["sha"]
+    assert shas["auto"] == shas["backend"]
+
+
+def test_shared_memory_gradients_need_one_node(workdir):
+    # Checked before the process group starts: a 2-node launch (global world 2, 1 process here).
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}
+    proc = run_script(SCRIPT, ["--no-cuda", "--grad-allreduce", "shared-memory"], workdir, timeout=120, **env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: --grad-allreduce shared-memory needs CPU training (--no-cuda) with all processes on one node; "
+        "use --grad-allreduce auto or backend"
+    ], proc.stderr
+    assert not (workdir / "runs").exists()
 
 
 BAD = [

@@ -1,6 +1,8 @@
-"""Run under torchrun with 2+ gloo processes: checks all_reduce_gradients of ppo_atari_multigpu.py."""
+"""Run under torchrun with 2+ gloo processes: checks all_reduce_gradients and SharedMemorySum of ppo_atari_multigpu.py."""
 
+import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -29,5 +31,50 @@ for reused in (None, buffer, buffer):
         torch.testing.assert_close(p.grad, expected)
     assert unused.grad is None
 assert torch.isfinite(buffer[:26]).all() and torch.isnan(buffer[26:]).all()  # the buffer held the flat gradient
+
+# The shared-memory sum gives the gradients all_reduce gives: bitwise for 2 processes (a + b is
+# a + b in either order), and the same bits on every rank for any number of processes.
+shared = module.SharedMemorySum(100, torch.float32, rank, world)
+dist.barrier()  # rank 0 unlinks it after the constructor's barrier
+assert not os.path.exists(shared.path), "the shared file is unlinked once every process has mapped it"
+generator = torch.Generator().manual_seed(rank)
+for call in range(6):
+    grads = [torch.randn(p.shape, generator=generator) for p in net.parameters()]
+    for p, g in zip(net.parameters(), grads, strict=True):
+        p.grad = g.clone()
+    module.all_reduce_gradients(params, world, buffer, shared)
+    via_shared = [p.grad.clone() for p in net.parameters()]
+    for p, g in zip(net.parameters(), grads, strict=True):
+        p.grad = g.clone()
+    module.all_reduce_gradients(params, world, buffer)
+    for a, b in zip(via_shared, (p.grad for p in net.parameters()), strict=True):
+        if world == 2:
+            assert torch.equal(a, b), (call, a, b)
+        else:
+            torch.testing.assert_close(a, b)
+    gathered = [torch.empty(26) for _ in range(world)]
+    dist.all_gather(gathered, torch.cat([g.reshape(-1) for g in via_shared]))
+    assert all(torch.equal(gathered[0], g) for g in gathered), "every rank must hold the same bits"
+
+
+# A slow reader: rank 1 waits after every sum's wait, before reading the rows, while rank 0 goes on
+# to write its next rows. The alternating sets of rows keep rank 1's reads intact.
+class SlowAfterWait:
+    def __getattr__(self, name):
+        return getattr(dist, name)
+
+    def all_reduce(self, tensor, *args, **kwargs):
+        dist.all_reduce(tensor, *args, **kwargs)
+        if rank == 1 and tensor is shared.ready:
+            time.sleep(0.05)
+
+
+module.dist = SlowAfterWait()
+for call in range(8):
+    flat = torch.full((100,), float(call * 10 + rank))
+    shared.sum_(flat)
+    assert torch.all(flat == sum(call * 10 + r for r in range(world))), (rank, call, flat[:3])
+module.dist = dist
+print(f"rank {rank}: shared-memory sums correct", flush=True)
 print(f"rank {rank}: gradients averaged correctly", flush=True)
 dist.destroy_process_group()
