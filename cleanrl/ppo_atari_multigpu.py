@@ -522,6 +522,10 @@ def ppo_loss(agent, args, obs, actions, old_logprobs, advantages, returns, old_v
     return loss, pg_loss, v_loss, entropy_loss, logratio, ratio
 
 
+class SharedMemoryUnavailable(RuntimeError):
+    """Raised on every process when SharedMemorySum cannot reserve its shared array."""
+
+
 class SharedMemorySum:
     """Sum a flat CPU tensor over the processes of one node through shared memory, in place.
 
@@ -533,20 +537,37 @@ class SharedMemorySum:
     k+1 into the other set while a slow one may still read call k, and it can only reach call k+2
     after every process has waited in call k+1, that is after every process has finished reading
     call k. A process that dies makes the others fail in the waiting all_reduce, as with gloo.
+    The pages are reserved when the array is made: on a full /dev/shm (Docker's default is 64 MB)
+    every process raises SharedMemoryUnavailable then, instead of dying of SIGBUS mid-training.
     """
 
     def __init__(self, numel, dtype, rank, world_size):
         self.rank, self.world_size, self.calls = rank, world_size, 0
         nbytes = 2 * world_size * numel * torch.empty((), dtype=dtype).element_size()
-        path = None
+        path, reason = None, None
         if rank == 0:  # a file in /dev/shm (memory), unlinked as soon as every process has mapped it
             folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
             path = os.path.join(folder, f"cleanrl-grads-{os.getpid()}-{secrets.token_hex(4)}")
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            os.ftruncate(fd, nbytes)
-        holder = [path]
+            try:  # allocate the pages now, not at the first write into a sparse file
+                if hasattr(os, "posix_fallocate"):
+                    os.posix_fallocate(fd, 0, nbytes)
+                else:
+                    os.ftruncate(fd, nbytes)
+            except OSError as e:
+                os.close(fd)
+                os.unlink(path)
+                stat = os.statvfs(folder)
+                reason = (
+                    f"cannot reserve {nbytes / 1e6:.1f} MB in {folder} for the gradient sum "
+                    f"({e.strerror}; {stat.f_bavail * stat.f_frsize / 1e6:.1f} MB free)"
+                )
+                path = None
+        holder = [path, reason]
         dist.broadcast_object_list(holder, src=0)
-        self.path = holder[0]
+        self.path, reason = holder
+        if self.path is None:
+            raise SharedMemoryUnavailable(reason)
         try:
             if rank != 0:
                 fd = os.open(self.path, os.O_RDWR)
@@ -743,7 +764,16 @@ if __name__ == "__main__":
     # fused: one kernel for all parameters (3.8x less time per step than the loop here, same math up to rounding)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     grad_buffer = torch.empty(sum(p.numel() for p in agent.parameters()), device=device)  # for all_reduce_gradients
-    shared_sum = SharedMemorySum(grad_buffer.numel(), grad_buffer.dtype, rank, world_size) if grad_sum_shm else None
+    shared_sum = None
+    if grad_sum_shm:
+        try:
+            shared_sum = SharedMemorySum(grad_buffer.numel(), grad_buffer.dtype, rank, world_size)
+        except SharedMemoryUnavailable as e:
+            if args.grad_allreduce == "shared-memory":  # asked for explicitly: stop, on every rank
+                dist.destroy_process_group()
+                fail(f"--grad-allreduce shared-memory: {e}", rank)
+            if rank == 0:
+                print(f"note: {e}: gradients summed with {backend}'s all_reduce instead", flush=True)
     loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
     # With bf16 the rollout acts with a bf16 copy of the weights, refreshed once per iteration, instead of
     # autocast casting all of them again at every step: the same outputs, a third less time per step.

@@ -239,6 +239,39 @@ def test_shared_memory_gradients_train_exactly_as_the_backend(workdir):
     assert shas["auto"] == shas["backend"]
 
 
+def test_full_shared_memory_falls_back_to_the_backend(workdir):
+    # /dev/shm without room for the gradient rows (Docker's default is 64 MB): with the default
+    # --grad-allreduce auto, training goes on with gloo's all_reduce and says so; asked for
+    # explicitly, shared memory ends the run with one error line. posix_fallocate fails in every
+    # process through a sitecustomize module on PYTHONPATH.
+    hook = workdir / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import errno, os\n"
+        "def _no_space(fd, offset, length):\n"
+        "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+        "os.posix_fallocate = _no_space\n"
+    )
+    flags = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2"]
+    flags += ["--total-timesteps", "128"]
+    outputs = {}
+    for mode in ("auto", "shared-memory"):
+        cwd = workdir / mode
+        cwd.mkdir()
+        launch = ["--standalone", "--nproc_per_node=2"]
+        outputs[mode] = run_torchrun(launch, SCRIPT, [*flags, "--grad-allreduce", mode], cwd, PYTHONPATH=str(hook))
+    proc = outputs["auto"]
+    check_ok(proc)
+    assert proc.stdout.count("gradients summed with gloo's all_reduce instead") == 1, proc.stdout[-3000:]
+    assert "cannot reserve" in proc.stdout and "No space left on device" in proc.stdout
+    done = rank_lines(proc.stdout)
+    assert done[0]["sha"] == done[1]["sha"] and done[0]["updates"] == 2 * 2 * 2
+    proc = outputs["shared-memory"]
+    assert proc.returncode != 0
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: --grad-allreduce shared-memory: cannot reserve"), errors
+
+
 def test_shared_memory_gradients_need_one_node(workdir):
     # Checked before the process group starts: a 2-node launch (global world 2, 1 process here).
     env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}

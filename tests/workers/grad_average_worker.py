@@ -1,5 +1,6 @@
 """Run under torchrun with 2+ gloo processes: checks all_reduce_gradients and SharedMemorySum of ppo_atari_multigpu.py."""
 
+import errno
 import os
 import sys
 import time
@@ -75,6 +76,28 @@ for call in range(8):
     shared.sum_(flat)
     assert torch.all(flat == sum(call * 10 + r for r in range(world))), (rank, call, flat[:3])
 module.dist = dist
+
+# No room for the shared array (a full /dev/shm): every rank raises SharedMemoryUnavailable with
+# rank 0's reason, at once rather than with SIGBUS at the first write, and no file is left behind.
+real_fallocate = os.posix_fallocate
+
+
+def no_space(fd, offset, length):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+os.posix_fallocate = no_space
+try:
+    module.SharedMemorySum(100, torch.float32, rank, world)
+    raise AssertionError("SharedMemorySum was made without room for it")
+except module.SharedMemoryUnavailable as e:
+    assert "cannot reserve" in str(e) and os.strerror(errno.ENOSPC) in str(e), str(e)
+finally:
+    os.posix_fallocate = real_fallocate
+folder = os.path.dirname(shared.path)
+pids = [None] * world
+dist.all_gather_object(pids, os.getpid())
+assert not [f for f in os.listdir(folder) if f.startswith(f"cleanrl-grads-{pids[0]}-")], "a file was left behind"
 print(f"rank {rank}: shared-memory sums correct", flush=True)
 print(f"rank {rank}: gradients averaged correctly", flush=True)
 dist.destroy_process_group()
