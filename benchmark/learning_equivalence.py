@@ -75,19 +75,25 @@ def main() -> None:
             finals[name].append(statistics.fmean(returns))
             errors[name].append(statistics.stdev(returns) / len(returns) ** 0.5)
             print(f"{name} seed={seed}: {len(returns)} episodes, last {opts.last_n} mean {finals[name][-1]:.2f}")
-    rows = ["| flags | " + " | ".join(f"seed {s}" for s in opts.seeds) + " | mean | difference to plain (its standard error) |",
-            "|---|" + "---|" * len(opts.seeds) + "---|---|"]  # fmt: skip
+    rows = ["| flags | " + " | ".join(f"seed {s}" for s in opts.seeds)
+            + " | mean | difference to plain (its standard error) | standard error from the seed spread |",
+            "|---|" + "---|" * len(opts.seeds) + "---|---|---|"]  # fmt: skip
 
     def mean_error(name):  # standard error of the mean over seeds of the per-run means
         return (sum(e**2 for e in errors[name]) ** 0.5) / len(errors[name])
+
+    def seed_error(name):  # standard error of the mean over seeds, from the spread of the per-run means
+        return statistics.stdev(finals[name]) / len(finals[name]) ** 0.5 if len(finals[name]) > 1 else float("nan")
 
     base = statistics.fmean(finals["plain"]) if "plain" in finals else float("nan")
     for name in opts.sets:
         mean = statistics.fmean(finals[name])
         cells = " | ".join(f"{v:.2f} +- {e:.2f}" for v, e in zip(finals[name], errors[name], strict=True))
         diff_error = (mean_error(name) ** 2 + mean_error("plain") ** 2) ** 0.5 if name != "plain" else 0.0
+        # The between-seed error: the difference of two seed means, each with the spread of its own seeds.
+        seed_diff_error = (seed_error(name) ** 2 + seed_error("plain") ** 2) ** 0.5 if name != "plain" else 0.0
         rows.append(f"| `{' '.join(FLAG_SETS[name])}` ({name}) | {cells} | {mean:.2f} | {mean - base:+.2f} "
-                    f"({diff_error:.2f}) |")  # fmt: skip
+                    f"({diff_error:.2f}) | {seed_diff_error:.2f} |")  # fmt: skip
     table = "\n".join(rows)
     print(table)
     if opts.out:
@@ -107,8 +113,9 @@ def main() -> None:
             f"`ppo_atari.py` on BreakoutNoFrameskip-v4, default hyperparameters, {opts.steps:,} steps per run. "
             f"Each cell is the mean episodic return (whole games, unclipped) of the last {opts.last_n} episodes "
             f"of a run, +- the standard error of that mean (episode returns vary a lot this early). The last "
-            "column is the difference of the seed-averaged means to the plain fp32 loop, with its standard error: "
-            "a difference within about two standard errors is within noise.\n\n"
+            "columns are the difference of the seed-averaged means to the plain fp32 loop, with its standard error "
+            "from the episodes within each run, and its standard error from the spread of the per-run means between "
+            "seeds: a difference within about two standard errors is within noise.\n\n"
             + table
             + f"\n\n![Breakout learning curves]({plot_dir.name}/BreakoutNoFrameskip-v4.png)\n"
             + reading
