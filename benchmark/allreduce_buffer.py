@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import resource
 import statistics
 import sys
@@ -33,6 +34,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     opts = parser.parse_args()
+    if "RANK" not in os.environ:
+        sys.exit(
+            "error: run this under torchrun, e.g. torchrun --standalone --nproc_per_node=2 benchmark/allreduce_buffer.py"
+        )
     spec = importlib.util.spec_from_file_location("ppo_atari_multigpu", REPO / "cleanrl" / "ppo_atari_multigpu.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

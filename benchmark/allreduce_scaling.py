@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -34,6 +35,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--json", default=None, help="append the results of this process count here")
     opts = parser.parse_args()
+    if "RANK" not in os.environ:
+        sys.exit(
+            "error: run this under torchrun, e.g. torchrun --standalone --nproc_per_node=2 benchmark/allreduce_scaling.py"
+        )
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -56,6 +56,10 @@ def main():
     parser.add_argument("--blocks", type=int, default=12, help="blocks per method, alternating")
     parser.add_argument("--out", default=None)
     opts = parser.parse_args()
+    if "RANK" not in os.environ:
+        sys.exit(
+            "error: run this under torchrun, e.g. torchrun --standalone --nproc_per_node=2 benchmark/allreduce_vs_ddp.py"
+        )
 
     module = load_script()
     use_cuda = torch.cuda.is_available()

@@ -66,15 +66,23 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="read runs already in --work-dir instead of re-running")
     parser.add_argument("--out", default=None)
     opts = parser.parse_args()
+    if "plain" not in opts.sets:
+        parser.error("--sets must include plain: every other set is compared with it")
+    if opts.last_n < 2:
+        parser.error("--last-n must be at least 2 (a standard error needs two episodes)")
     work = Path(opts.work_dir)
     finals: dict[str, list[float]] = {name: [] for name in opts.sets}
     errors: dict[str, list[float]] = {name: [] for name in opts.sets}  # standard error of each run's mean
     for seed in opts.seeds:  # seeds outermost: a slow drift of the machine hits every flag set alike
         for name in opts.sets:
-            returns = run(name, seed, opts.steps, work, opts.reuse)[-opts.last_n :]
+            episodes = run(name, seed, opts.steps, work, opts.reuse)
+            if len(episodes) < 2:
+                sys.exit(f"error: the {name} run of seed {seed} ended {len(episodes)} episode(s) in {opts.steps} "
+                         "steps; give more --steps (a standard error needs two)")  # fmt: skip
+            returns = episodes[-opts.last_n :]
             finals[name].append(statistics.fmean(returns))
             errors[name].append(statistics.stdev(returns) / len(returns) ** 0.5)
-            print(f"{name} seed={seed}: {len(returns)} episodes, last {opts.last_n} mean {finals[name][-1]:.2f}")
+            print(f"{name} seed={seed}: {len(episodes)} episodes, last {len(returns)} mean {finals[name][-1]:.2f}")
     rows = ["| flags | " + " | ".join(f"seed {s}" for s in opts.seeds)
             + " | mean | difference to plain (its standard error) | standard error from the seed spread |",
             "|---|" + "---|" * len(opts.seeds) + "---|---|---|"]  # fmt: skip

@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from conftest import REPO, script_env
 
@@ -70,3 +73,53 @@ def test_scaling_model_covers_1_to_8_nodes_from_the_measured_allreduce(tmp_path)
         assert [line.split(" | ")[0] for line in lines] == ["| 1", "| 2", "| 4", "| 8"], table
         assert all(len(re.findall(r"[\d.]+k \(\d+%\)", line)) == 4 for line in lines), table
     assert "## The article's claim: more than 100k environment steps/s on 8 nodes" in doc
+
+
+@pytest.mark.parametrize("script", ["allreduce_scaling.py", "allreduce_buffer.py", "allreduce_vs_ddp.py"])
+def test_collective_benchmarks_outside_torchrun_say_so_in_one_line(script, tmp_path):
+    env = {k: v for k, v in script_env().items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run([sys.executable, str(BENCH / script)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"error: run this under torchrun, e.g. torchrun --standalone --nproc_per_node=2 benchmark/{script}"
+    ]
+
+
+def test_learning_equivalence_compares_each_set_with_plain_and_reuses_its_runs(tmp_path):
+    args = ["--steps", "2048", "--seeds", "1", "2", "--sets", "plain", "ale_bf16", "--last-n", "2",
+            "--work-dir", str(tmp_path / "runs")]  # fmt: skip
+    first = bench("learning_equivalence.py", [*args, "--out", str(tmp_path / "le.md")], tmp_path)
+    doc = (tmp_path / "le.md").read_text()
+    rows = {}
+    for name, cells in re.findall(r"^\| `[^`]*` \((\w+)\) \| (.*) \|$", doc, re.M):
+        rows[name] = [c.strip() for c in cells.split(" | ")]
+    assert set(rows) == {"plain", "ale_bf16"}, doc
+    seed_means = {name: [float(c.split(" +- ")[0]) for c in cells[:2]] for name, cells in rows.items()}
+    for name, cells in rows.items():
+        mean = float(cells[2])
+        assert abs(mean - sum(seed_means[name]) / 2) <= 0.006
+        assert abs(float(cells[3].split(" ")[0]) - (mean - float(rows["plain"][2]))) <= 0.011
+    assert rows["plain"][3:] == ["+0.00 (0.00)", "0.00"]
+    assert (tmp_path / "le" / "BreakoutNoFrameskip-v4.png").stat().st_size > 1000
+    # --reuse reads the runs already there instead of training again: the same table, in seconds.
+    start = time.monotonic()
+    again = bench("learning_equivalence.py", [*args, "--reuse"], tmp_path)
+    assert time.monotonic() - start < 30
+    table = [line for line in first.stdout.splitlines() if line.startswith("|")]
+    assert table and table == [line for line in again.stdout.splitlines() if line.startswith("|")]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sets", "ale"], "--sets must include plain"),
+        (["--last-n", "1"], "--last-n must be at least 2"),
+    ],
+)
+def test_learning_equivalence_refuses_bad_input_before_training(args, message, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "learning_equivalence.py"), *args, "--work-dir", str(tmp_path / "runs")],
+        env=script_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and message in proc.stderr.splitlines()[-1]
+    assert not (tmp_path / "runs").exists()
