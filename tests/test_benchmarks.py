@@ -123,3 +123,17 @@ def test_learning_equivalence_refuses_bad_input_before_training(args, message, t
     )  # fmt: skip
     assert proc.returncode == 2 and message in proc.stderr.splitlines()[-1]
     assert not (tmp_path / "runs").exists()
+
+
+def test_ppo_sps_quick_records_every_ppo_script_and_the_thread_counts(tmp_path):
+    out = tmp_path / "ppo_sps.md"
+    bench("ppo_sps.py", ["--quick", "--reps", "1", "--out", str(out)], tmp_path)
+    doc = out.read_text()
+    rows = dict(re.findall(r"^\| ([\w.]+(?: x\d)?(?:, \d threads?)?) \| `[^`]*` \| [\d,]+ \| ([\d,]+) \|", doc, re.M))
+    scripts = ["ppo.py", "ppo_continuous_action.py", "ppo_atari.py", "ppo_atari_multigpu.py x1",
+               "ppo_atari_multigpu.py x2", "ppo_atari_lstm.py", "ppo_procgen.py", "ppg_procgen.py"]  # fmt: skip
+    threads = [f"ppo_atari_multigpu.py x{n}, {t} thread{'s' if t > 1 else ''}" for n in (1, 2) for t in (1, 2)]
+    assert sorted(rows) == sorted(scripts + threads), doc
+    assert all(int(sps.replace(",", "")) > 0 for sps in rows.values())
+    # The page says which thread count the default rule picks, for 1 and for 2 processes.
+    assert doc.count("the default rule gives") == 2
