@@ -685,45 +685,6 @@ if __name__ == "__main__":
     global_step = resume_state["global_step"] if resume_state else 0
     # Resumed envs start new episodes (emulator states are not checkpointed), seeded apart from the first ones.
     env_seed = args.seed + rank * args.local_num_envs + global_step
-    print(
-        f"rank={rank} local_rank={local_rank} world_size={world_size} pid={os.getpid()} "
-        f"restart={os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} device={device} backend="
-        f"{backend if distributed else 'none'}{' (gradients: shared memory)' if grad_sum_shm else ''} "
-        f"threads={threads} ({threads_reason}) "
-        f"env_seeds={env_seed}..{env_seed + args.local_num_envs - 1}",
-        flush=True,
-    )
-
-    writer = None
-    if rank == 0:
-        print(
-            f"global: num_envs={args.num_envs} ({args.local_num_envs} per process x {world_size}) "
-            f"batch_size={args.batch_size} minibatch_size={args.minibatch_size} iterations={args.num_iterations}",
-            flush=True,
-        )
-        if args.track:
-            import wandb
-
-            # Patching TensorBoard (rather than `sync_tensorboard=True`) sends the same scalars and
-            # avoids a 10 s stall in `wandb.finish()`.
-            wandb.tensorboard.patch(root_logdir=run_dir)
-            wandb.init(
-                project=args.wandb_project_name,
-                entity=args.wandb_entity,
-                config=vars(args),
-                name=run_name,
-                id=hashlib.sha1(run_name.encode()).hexdigest()[:16],  # the same W&B run after a restart
-                resume="allow",
-                save_code=True,
-            )
-        # A resumed run appends to the same folder; purge_step hides what the interrupted attempt
-        # logged after its last checkpoint, so no step appears twice.
-        writer = SummaryWriter(run_dir, purge_step=global_step + 1 if resume_state else None)
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
-        )
-
     # Each process draws its own actions and minibatches; envs get disjoint seeds below.
     random.seed(args.seed + rank)
     np.random.seed(args.seed + rank)
@@ -774,6 +735,47 @@ if __name__ == "__main__":
                 fail(f"--grad-allreduce shared-memory: {e}", rank)
             if rank == 0:
                 print(f"note: {e}: gradients summed with {backend}'s all_reduce instead", flush=True)
+    # Said, and the run folder made, only now: once the gradient path is settled, so that a run stopped
+    # above (no room for --grad-allreduce shared-memory) leaves nothing behind and no line contradicts another.
+    print(
+        f"rank={rank} local_rank={local_rank} world_size={world_size} pid={os.getpid()} "
+        f"restart={os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} device={device} backend="
+        f"{backend if distributed else 'none'}{' (gradients: shared memory)' if shared_sum is not None else ''} "
+        f"threads={threads} ({threads_reason}) "
+        f"env_seeds={env_seed}..{env_seed + args.local_num_envs - 1}",
+        flush=True,
+    )
+
+    writer = None
+    if rank == 0:
+        print(
+            f"global: num_envs={args.num_envs} ({args.local_num_envs} per process x {world_size}) "
+            f"batch_size={args.batch_size} minibatch_size={args.minibatch_size} iterations={args.num_iterations}",
+            flush=True,
+        )
+        if args.track:
+            import wandb
+
+            # Patching TensorBoard (rather than `sync_tensorboard=True`) sends the same scalars and
+            # avoids a 10 s stall in `wandb.finish()`.
+            wandb.tensorboard.patch(root_logdir=run_dir)
+            wandb.init(
+                project=args.wandb_project_name,
+                entity=args.wandb_entity,
+                config=vars(args),
+                name=run_name,
+                id=hashlib.sha1(run_name.encode()).hexdigest()[:16],  # the same W&B run after a restart
+                resume="allow",
+                save_code=True,
+            )
+        # A resumed run appends to the same folder; purge_step hides what the interrupted attempt
+        # logged after its last checkpoint, so no step appears twice.
+        writer = SummaryWriter(run_dir, purge_step=global_step + 1 if resume_state else None)
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
+        )
+
     loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
     # With bf16 the rollout acts with a bf16 copy of the weights, refreshed once per iteration, instead of
     # autocast casting all of them again at every step: the same outputs, a third less time per step.

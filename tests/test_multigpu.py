@@ -264,12 +264,16 @@ def test_full_shared_memory_falls_back_to_the_backend(workdir):
     check_ok(proc)
     assert proc.stdout.count("gradients summed with gloo's all_reduce instead") == 1, proc.stdout[-3000:]
     assert "cannot reserve" in proc.stdout and "No space left on device" in proc.stdout
+    # The ranks' start lines name the path actually used.
+    assert "(gradients: shared memory)" not in proc.stdout and proc.stdout.count("backend=gloo threads=") == 2
     done = rank_lines(proc.stdout)
     assert done[0]["sha"] == done[1]["sha"] and done[0]["updates"] == 2 * 2 * 2
     proc = outputs["shared-memory"]
     assert proc.returncode != 0
     errors = [line for line in proc.stdout.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and errors[0].startswith("error: --grad-allreduce shared-memory: cannot reserve"), errors
+    # Stopped before any work: no start line, no run folder.
+    assert "local_rank=" not in proc.stdout and not (workdir / "shared-memory" / "runs").exists()
 
 
 def test_shared_memory_gradients_need_one_node(workdir):
