@@ -99,8 +99,9 @@ def test_learning_equivalence_compares_each_set_with_plain_and_reuses_its_runs(t
     seed_means = {name: [float(c.split(" +- ")[0]) for c in cells[:2]] for name, cells in rows.items()}
     for name, cells in rows.items():
         mean = float(cells[2])
-        assert abs(mean - sum(seed_means[name]) / 2) <= 0.006
-        assert abs(float(cells[3].split(" ")[0]) - (mean - float(rows["plain"][2]))) <= 0.011
+        # Every figure is shown to 2 decimals: each one read back may be 0.005 off.
+        assert abs(mean - sum(seed_means[name]) / 2) <= 0.011
+        assert abs(float(cells[3].split(" ")[0]) - (mean - float(rows["plain"][2]))) <= 0.016
     assert rows["plain"][3:] == ["+0.00 (0.00)", "0.00"]
     assert (tmp_path / "le" / "BreakoutNoFrameskip-v4.png").stat().st_size > 1000
     # --reuse reads the runs already there instead of training again: the same table, in seconds.
