@@ -15,15 +15,19 @@ from conftest import REPO, script_env
 BENCH = REPO / "benchmark"
 
 
-def bench(script: str, args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
+def run_bench(script: str, args: list[str], cwd: Path, timeout: float = 600, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, str(BENCH / script), *args],
         cwd=cwd,
-        env=script_env(),
+        env=script_env() if env is None else env,
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def bench(script: str, args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    proc = run_bench(script, args, cwd, timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -80,7 +84,7 @@ def test_scaling_model_covers_1_to_8_nodes_from_the_measured_allreduce(tmp_path)
 @pytest.mark.parametrize("script", ["allreduce_scaling.py", "allreduce_buffer.py", "allreduce_vs_ddp.py"])
 def test_collective_benchmarks_outside_torchrun_say_so_in_one_line(script, tmp_path):
     env = {k: v for k, v in script_env().items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run([sys.executable, str(BENCH / script)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = run_bench(script, [], tmp_path, timeout=60, env=env)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         f"error: run this under torchrun, e.g. torchrun --standalone --nproc_per_node=2 benchmark/{script}"
@@ -120,12 +124,24 @@ def test_learning_equivalence_compares_each_set_with_plain_and_reuses_its_runs(t
     ],
 )
 def test_learning_equivalence_refuses_bad_input_before_training(args, message, tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "learning_equivalence.py"), *args, "--work-dir", str(tmp_path / "runs")],
-        env=script_env(), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    proc = run_bench("learning_equivalence.py", [*args, "--work-dir", str(tmp_path / "runs")], tmp_path, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr.splitlines()[-1]
     assert not (tmp_path / "runs").exists()
+
+
+def test_learning_equivalence_stops_on_a_run_with_one_episode(tmp_path):
+    # A run that ended a single game has no standard error: one error line, not a StatisticsError.
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "runs" / "plain_1" / "runs" / "short"))
+    writer.add_scalar("charts/episodic_return", 3.0, 100)
+    writer.close()
+    args = ["--steps", "128", "--seeds", "1", "--sets", "plain", "--work-dir", str(tmp_path / "runs"), "--reuse"]
+    proc = run_bench("learning_equivalence.py", args, tmp_path, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: the plain run of seed 1 ended 1 episode(s) in 128 steps; give more --steps (a standard error needs two)"
+    ]
 
 
 def test_ppo_sps_quick_records_every_ppo_script_and_the_thread_counts(tmp_path):
